@@ -1,0 +1,58 @@
+"""Events: the only vocabulary a parser shows the outside world.
+
+A parser turns model output text into a list of these. Concatenating the ``text`` of all
+``Content`` events gives the message ``content``; likewise ``Reasoning`` for ``reasoning``.
+For one tool call, ``ToolCallStart`` comes first, then zero or more ``ToolCallArguments``
+whose texts concatenate to the call's JSON arguments string, then ``ToolCallEnd``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Content:
+    """Answer text for ``message.content`` / ``delta.content``."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reasoning:
+    """Reasoning text for ``message.reasoning`` / ``delta.reasoning``."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStart:
+    """A tool call begins. ``index`` counts calls in this output from 0.
+
+    ``id`` is set only when the model's format carries one (Kimi-K2 writes
+    ``functions.NAME:IDX``); otherwise the caller assigns ``chatcmpl-tool-…`` ids.
+    """
+
+    index: int
+    name: str
+    id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallArguments:
+    """A piece of a call's JSON arguments string (OpenAI ``function.arguments``)."""
+
+    index: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallEnd:
+    """The call at ``index`` is complete; its arguments string is valid JSON."""
+
+    index: int
+
+
+Event = Content | Reasoning | ToolCallStart | ToolCallArguments | ToolCallEnd
+
+__all__ = ["Content", "Reasoning", "ToolCallStart", "ToolCallArguments", "ToolCallEnd", "Event"]

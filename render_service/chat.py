@@ -1,0 +1,115 @@
+"""OpenAI chat messages → the plain data a chat template expects.
+
+Clients speak the OpenAI Chat Completions format; templates were written for Hugging
+Face's conversation dicts. The differences that break prompts in the wild, and our rule
+for each:
+
+- ``content`` as a list of parts (case 03): text-only templates get the text parts joined
+  with ``"\\n"`` (vLLM's ``string`` content format); templates that loop over
+  ``message['content']`` get ``[{"type": "text", "text": …}]`` parts. Non-text parts are
+  refused (this tier renders text prompts).
+- assistant ``tool_calls[].function.arguments`` arrives as a JSON *string* (OpenAI) or an
+  object. Templates that apply ``tojson``/``items`` get a mapping (a string would be
+  double-encoded, case 01); templates that concatenate arguments as text (DeepSeek-R1)
+  get the JSON string. Malformed JSON strings pass through unchanged.
+- ``reasoning_content`` (older clients) is the same as ``reasoning``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .errors import bad_request
+from .templates import ChatTemplate
+
+_TEXT_PART_TYPES = ("text", "input_text", "output_text")
+
+
+def prepare_messages(messages: list[Any], template: ChatTemplate) -> list[dict]:
+    """Normalise OpenAI ``messages`` for ``template``.
+
+    Returns a new list of plain dicts (the request is not mutated).
+
+    Raises:
+        OpenAIError: 400 for an empty list, a message that is not an object, a missing
+        ``role``, or a non-text content part.
+    """
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("`messages` must be a non-empty list.", "messages")
+    out = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise bad_request(f"messages[{i}] must be an object.", f"messages.{i}")
+        role = message.get("role")
+        if not isinstance(role, str) or not role:
+            raise bad_request(f"messages[{i}].role must be a non-empty string.", f"messages.{i}.role")
+        prepared = dict(message)
+        if "content" in prepared:
+            prepared["content"] = _content(prepared["content"], template.content_format, f"messages.{i}.content")
+        if prepared.get("reasoning") is None and prepared.get("reasoning_content") is not None:
+            prepared["reasoning"] = prepared.pop("reasoning_content")
+        if prepared.get("tool_calls"):
+            prepared["tool_calls"] = _tool_calls(prepared["tool_calls"], template.arguments_form, f"messages.{i}.tool_calls")
+        out.append(prepared)
+    return out
+
+
+def _content(content: Any, content_format: str, param: str) -> Any:
+    if content is None or isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise bad_request("content must be a string, a list of content parts, or null.", param)
+    texts = []
+    for j, part in enumerate(content):
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        if not isinstance(part, dict):
+            raise bad_request("each content part must be an object.", f"{param}.{j}")
+        kind = part.get("type", "text")
+        if kind in _TEXT_PART_TYPES and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            texts.append(part["refusal"])
+        else:
+            raise bad_request(
+                f"content part type {kind!r} is not supported by this text-only render service.", f"{param}.{j}.type"
+            )
+    if content_format == "openai":
+        return [{"type": "text", "text": t} for t in texts]
+    return "\n".join(texts)
+
+
+def _tool_calls(tool_calls: Any, arguments_form: str, param: str) -> list:
+    if not isinstance(tool_calls, list):
+        raise bad_request("tool_calls must be a list.", param)
+    out = []
+    for k, call in enumerate(tool_calls):
+        if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+            raise bad_request("each tool call needs a `function` object.", f"{param}.{k}")
+        function = dict(call["function"])
+        function["arguments"] = _arguments(function.get("arguments"), arguments_form)
+        # Templates read the function either nested (tool_call.function.name) or flat (tool_call.name).
+        out.append({**call, "function": function})
+    return out
+
+
+def _arguments(arguments: Any, form: str) -> Any:
+    if form == "mapping":
+        if isinstance(arguments, str):
+            try:
+                return json.loads(arguments)
+            except ValueError:
+                return arguments
+        return {} if arguments is None else arguments
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps({} if arguments is None else arguments, ensure_ascii=False)
+
+
+def history_tool_call_count(messages: list[Any]) -> int:
+    """Number of tool calls in earlier assistant turns (Kimi-style sequential ids, wire brief §2.5)."""
+    return sum(
+        len(m.get("tool_calls") or []) for m in messages if isinstance(m, dict) and m.get("role") == "assistant"
+    )

@@ -1,0 +1,144 @@
+"""`render-service` command line: ``serve`` (the render tier), ``engine``, ``drive``, ``bench``.
+
+``serve`` flag names follow `vllm launch render` (wire brief §7) so operators can swap
+one for the other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import sys
+
+from . import __version__
+
+# Subcommands contributed by other packages of this project: module → `register(subparsers)`.
+_SUBCOMMAND_MODULES = ("render_service.engine.cli", "render_service.driver.cli", "bench.cli")
+
+
+def _json_dict(value: str) -> dict:
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return parsed
+
+
+def _context_length(value: str) -> int:
+    """``8192``, ``8k``, ``1m`` (vLLM accepts k/m/g suffixes)."""
+    scale = {"k": 1024, "m": 1024**2, "g": 1024**3}
+    v = value.strip().lower()
+    try:
+        return int(float(v[:-1]) * scale[v[-1]]) if v and v[-1] in scale else int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a context length: {value!r}") from None
+
+
+def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
+    """The ``serve`` subcommand."""
+    p = subparsers.add_parser("serve", help="run the render/derender server", description=__doc__)
+    p.add_argument("model_positional", nargs="?", metavar="MODEL", help="same as --model")
+    p.add_argument("--model", default=None,
+                   help="HF tokenizer dir, .gguf file or hub id (default: embedded SmolLM2-135M-Instruct GGUF)")
+    p.add_argument("--served-model-name", nargs="+", default=None, help="names accepted in `model`; first is reported")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--chat-template", default=None, help="file path or inline Jinja template")
+    p.add_argument("--max-model-len", type=_context_length, default=None, help="context length (tokens; 8k, 1m ok)")
+    p.add_argument("--reasoning-parser", default=None, help="e.g. qwen3, deepseek_r1, auto")
+    p.add_argument("--tool-call-parser", default=None, help="e.g. hermes, llama3_json, auto")
+    p.add_argument("--enable-auto-tool-choice", action="store_true", help="required for any tool parser to be active")
+    p.add_argument("--workers", type=int, default=1, help="server processes sharing the port")
+    p.add_argument("--api-key", action="append", default=None, help="guard /v1, /v2, /inference (repeatable)")
+    p.add_argument("--trust-request-chat-template", action="store_true")
+    p.add_argument("--default-chat-template-kwargs", type=_json_dict, default=None,
+                   help='JSON, e.g. {"enable_thinking": false}')
+    p.add_argument("--exclude-tools-when-tool-choice-none", action="store_true")
+    p.add_argument("--tokenizer-backend", choices=("auto", "hf", "fast"), default="auto",
+                   help="auto: the fast backend only where proven equal to HF for this tokenizer")
+    p.add_argument("--content-special-tokens", choices=("parse", "text"), default="parse",
+                   help="parse: control-token text in messages becomes control tokens (HF parity); "
+                        "text: it stays plain text (no turn forging)")
+    p.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024)
+    p.add_argument("--max-logprobs", type=int, default=20)
+    p.add_argument("--uvicorn-log-level", default="info")
+    p.set_defaults(func=run_serve)
+
+
+def build_config(args: argparse.Namespace):
+    """`ServeConfig` from parsed ``serve`` arguments."""
+    from .config import ServeConfig
+
+    return ServeConfig(
+        model=args.model or args.model_positional,
+        served_model_name=tuple(args.served_model_name or ()),
+        host=args.host,
+        port=args.port,
+        chat_template=args.chat_template,
+        max_model_len=args.max_model_len,
+        reasoning_parser=args.reasoning_parser,
+        tool_call_parser=args.tool_call_parser,
+        enable_auto_tool_choice=args.enable_auto_tool_choice,
+        workers=args.workers,
+        api_key=tuple(args.api_key or ()),
+        trust_request_chat_template=args.trust_request_chat_template,
+        default_chat_template_kwargs=args.default_chat_template_kwargs or {},
+        exclude_tools_when_tool_choice_none=args.exclude_tools_when_tool_choice_none,
+        tokenizer_backend=args.tokenizer_backend,
+        content_special_tokens=args.content_special_tokens,
+        max_body_bytes=args.max_body_bytes,
+        max_logprobs=args.max_logprobs,
+    )
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Load the model, check the parser choices, and serve until interrupted."""
+    import uvicorn
+
+    from .server import StartupError, build_app
+
+    config = build_config(args)
+    try:
+        app, bundle, config = build_app(config)
+    except StartupError as exc:
+        print(f"render-service: error: {exc}", file=sys.stderr)
+        return 2
+    logging.getLogger("render_service").info(
+        "serving %s (context %d tokens) on http://%s:%d", bundle.model_name, bundle.max_model_len,
+        config.host, config.port,
+    )
+    if config.workers > 1:
+        os.environ["RENDER_SERVICE_CONFIG"] = json.dumps(config.__dict__, default=list)
+        uvicorn.run("render_service.server:app_from_env", factory=True, host=config.host, port=config.port,
+                    workers=config.workers, log_level=args.uvicorn_log_level)
+    else:
+        uvicorn.run(app, host=config.host, port=config.port, log_level=args.uvicorn_log_level)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``render-service`` console script."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="render-service", description="CPU front tier for disaggregated LLM serving")
+    parser.add_argument("--version", action="version", version=f"render-service {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_serve_parser(sub)
+    for name in _SUBCOMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and name.startswith(exc.name):
+                continue  # that part of the project is not installed / not built yet
+            raise
+        module.register(sub)
+    args = parser.parse_args(argv)
+    return args.func(args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

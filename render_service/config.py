@@ -1,0 +1,33 @@
+"""`ServeConfig`: the operator's choices for `render-service serve`, as one frozen value.
+
+Flag names follow `vllm launch render` (wire brief §7) so operators can swap one for the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Every `serve` flag. Defaults match vLLM 0.33 where vLLM has the flag."""
+
+    model: str | None = None                       # HF dir, GGUF file or hub id; None = embedded SmolLM2
+    served_model_name: tuple[str, ...] = ()
+    host: str = "127.0.0.1"
+    port: int = 8000
+    chat_template: str | None = None               # file path or inline template
+    max_model_len: int | None = None
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
+    enable_auto_tool_choice: bool = False
+    workers: int = 1
+    api_key: tuple[str, ...] = ()
+    trust_request_chat_template: bool = False
+    default_chat_template_kwargs: dict = field(default_factory=dict)
+    tokenizer_backend: str = "auto"                # auto | hf | fast (issue 6)
+    content_special_tokens: str = "parse"          # parse (HF parity) | text (user text never becomes control tokens)
+    max_body_bytes: int = 32 * 1024 * 1024
+    max_logprobs: int = 20
+    exclude_tools_when_tool_choice_none: bool = False
+    stream_state_secret: str | None = None         # HMAC key for derender stream_state; default derived from the model

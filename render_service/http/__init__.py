@@ -1,0 +1,1 @@
+"""HTTP layer: thin starlette adapters over the pure render/derender modules."""

@@ -1,0 +1,82 @@
+"""`create_app`: the render server assembled from its route modules."""
+
+from __future__ import annotations
+
+import hmac
+import importlib
+import logging
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..config import ServeConfig
+from ..errors import OpenAIError
+from .common import AppContext, JSONResponse, error_response
+
+log = logging.getLogger("render_service.http")
+
+# Feature modules that contribute routes; each exposes `routes(ctx) -> list[Route]`.
+ROUTE_MODULES = (
+    "render_service.http.render_routes",
+    "render_service.http.derender_routes",
+    "render_service.http.info_routes",
+)
+_GUARDED_PREFIXES = ("/v1", "/v2", "/inference")
+
+
+class ApiKeyMiddleware:
+    """With ``--api-key``, paths under /v1, /v2 and /inference need ``Authorization: Bearer KEY``.
+
+    Same guard as vLLM (wire brief §0), but the 401 body is the OpenAI error shape.
+    """
+
+    def __init__(self, app: ASGIApp, keys: tuple[str, ...]) -> None:
+        self.app = app
+        self.keys = [k.encode() for k in keys]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.keys and scope["path"].startswith(_GUARDED_PREFIXES):
+            auth = dict(scope["headers"]).get(b"authorization", b"")
+            token = auth[7:] if auth[:7].lower() == b"bearer " else b""
+            if not any(hmac.compare_digest(token, k) for k in self.keys):
+                err = OpenAIError(401, "Missing or invalid API key.", type="AuthenticationError")
+                await error_response(err)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+async def _openai_error(request: Request, exc: OpenAIError) -> JSONResponse:
+    return error_response(exc)
+
+
+async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    return error_response(OpenAIError(exc.status_code, str(exc.detail)))
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s", request.url.path)
+    return error_response(OpenAIError(500, f"Internal error ({type(exc).__name__}); this is a bug, please report it."))
+
+
+def create_app(bundle, config: ServeConfig) -> Starlette:
+    """The render server for ``bundle`` (a `ModelBundle`) configured by ``config``."""
+    ctx = AppContext(bundle=bundle, config=config)
+    routes = []
+    for name in ROUTE_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        routes.extend(module.routes(ctx))
+    app = Starlette(
+        routes=routes,
+        exception_handlers={OpenAIError: _openai_error, HTTPException: _http_error, Exception: _unexpected},
+    )
+    if config.api_key:
+        app.add_middleware(ApiKeyMiddleware, keys=config.api_key)
+    app.state.ctx = ctx
+    return app

@@ -1,0 +1,95 @@
+"""Shared HTTP plumbing: the app context, JSON in/out, errors in the OpenAI shape."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, TypeVar
+
+import orjson
+import pydantic
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..config import ServeConfig
+from ..errors import OpenAIError, bad_request
+
+T = TypeVar("T")
+
+
+@dataclass
+class AppContext:
+    """What every route needs: the loaded model, the config, a CPU pool.
+
+    ``bundle`` is a `render_service.model.ModelBundle`.
+    """
+
+    bundle: Any
+    config: ServeConfig
+    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=4, thread_name_prefix="cpu"))
+
+    async def run_cpu(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run CPU-bound ``fn(*args)`` off the event loop (tokenizers releases the GIL)."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    def check_model(self, model: str | None) -> None:
+        """404 unless ``model`` is null or one of the served names (wire brief §0)."""
+        names = self.bundle.served_model_names
+        if model is not None and model not in names:
+            raise OpenAIError(
+                404, f"The model `{model}` does not exist. Valid aliases: {', '.join(names)}.", param="model"
+            )
+
+
+class JSONResponse(Response):
+    """orjson-encoded JSON response (token id lists go straight to bytes)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def error_response(err: OpenAIError) -> JSONResponse:
+    """The OpenAI error shape with ``code`` = HTTP status."""
+    return JSONResponse(err.body(), status_code=err.status)
+
+
+async def read_json(request: Request, max_bytes: int) -> Any:
+    """Parse the body as JSON.
+
+    Raises:
+        OpenAIError: 400 for a non-JSON content type or malformed JSON (vLLM answers 400, not
+        415, for the content type), 413 when the body exceeds ``max_bytes``.
+    """
+    ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    if ctype not in ("application/json", ""):
+        raise bad_request(f"Unsupported Content-Type {ctype!r}; expected application/json.")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise OpenAIError(413, f"Request body is {declared} bytes; the limit is {max_bytes}.")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise OpenAIError(413, f"Request body exceeds the limit of {max_bytes} bytes.")
+        chunks.append(chunk)
+    try:
+        return orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(f"Request body is not valid JSON: {exc}") from None
+
+
+def validate(model: type[pydantic.BaseModel], data: Any) -> Any:
+    """Validate ``data`` into ``model``; pydantic errors become one 400 naming the field."""
+    if not isinstance(data, dict):
+        raise bad_request("Request body must be a JSON object.")
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        first = errors[0]
+        param = ".".join(str(p) for p in first["loc"]) or None
+        summary = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in errors[:5])
+        raise bad_request(f"{len(errors)} validation error(s): {summary}", param=param) from None

@@ -1,0 +1,104 @@
+"""Model info and tokenizer routes: ``/v1/models``, ``/health``, ``/version``, ``/load``,
+``/tokenize``, ``/detokenize``, ``/metrics`` (wire brief §1.1, §1.10)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import prometheus_client
+from pydantic import BaseModel, ConfigDict, NonNegativeInt
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .. import __version__
+from ..errors import bad_request
+from ..protocol import ChatCompletionRequest
+from ..render import render_chat
+from .common import AppContext, JSONResponse, read_json, validate
+
+_STARTED = int(time.time())
+
+
+class _TokenizePrompt(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    prompt: str
+    add_special_tokens: bool = True
+    return_token_strs: bool = False
+
+
+class _Detokenize(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    tokens: list[NonNegativeInt]
+
+
+def routes(ctx: AppContext) -> list[Route]:
+    """Info, tokenize and metrics routes bound to ``ctx``."""
+    bundle = ctx.bundle
+
+    async def models(request: Request) -> JSONResponse:
+        data = [
+            {
+                "id": name, "object": "model", "created": _STARTED, "owned_by": "render-service",
+                "root": bundle.source, "parent": None, "max_model_len": bundle.max_model_len,
+                "permission": [{
+                    "id": f"modelperm-{bundle.fingerprint[:16]}", "object": "model_permission",
+                    "created": _STARTED, "allow_create_engine": False, "allow_sampling": True,
+                    "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
+                    "allow_fine_tuning": False, "organization": "*", "group": None, "is_blocking": False,
+                }],
+            }
+            for name in bundle.served_model_names
+        ]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def health(request: Request) -> Response:
+        return Response(status_code=200)
+
+    async def version(request: Request) -> JSONResponse:
+        return JSONResponse({"version": __version__})
+
+    async def load(request: Request) -> JSONResponse:
+        return JSONResponse({"server_load": 0})
+
+    async def tokenize(request: Request) -> JSONResponse:
+        body = await read_json(request, ctx.config.max_body_bytes)
+        if isinstance(body, dict) and "messages" in body:
+            req = validate(ChatCompletionRequest, body)
+            ctx.check_model(req.model)
+            rendered = await ctx.run_cpu(render_chat, bundle, ctx.config, req, "tokenize")
+            ids = rendered["token_ids"]
+            want_strs = bool(body.get("return_token_strs"))
+        else:
+            req = validate(_TokenizePrompt, body)
+            ctx.check_model(req.model)
+            ids = await ctx.run_cpu(bundle.tokenizer.encode, req.prompt, req.add_special_tokens)
+            want_strs = req.return_token_strs
+        out: dict[str, Any] = {"count": len(ids), "max_model_len": bundle.max_model_len, "tokens": ids,
+                               "token_strs": [bundle.tokenizer.id_to_token(i) for i in ids] if want_strs else None}
+        return JSONResponse(out)
+
+    async def detokenize(request: Request) -> JSONResponse:
+        req = validate(_Detokenize, await read_json(request, ctx.config.max_body_bytes))
+        ctx.check_model(req.model)
+        vocab = bundle.tokenizer.vocab_size
+        bad = next((t for t in req.tokens if t >= vocab), None)
+        if bad is not None:
+            raise bad_request(f"Token id {bad} is out of vocabulary (size {vocab}).", "tokens")
+        return JSONResponse({"prompt": await ctx.run_cpu(bundle.tokenizer.decode, req.tokens, True)})
+
+    async def metrics(request: Request) -> Response:
+        return Response(prometheus_client.generate_latest(), media_type=prometheus_client.CONTENT_TYPE_LATEST)
+
+    return [
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/version", version, methods=["GET"]),
+        Route("/load", load, methods=["GET"]),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]

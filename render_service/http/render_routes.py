@@ -1,0 +1,37 @@
+"""Render routes: ``/v1/chat/completions/render`` (+ ``/render`` alias) and ``/v1/completions/render``."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.routing import Route
+
+from ..protocol import ChatCompletionRequest, CompletionRequest
+from ..render import new_request_id, render_chat, render_completion
+from .common import AppContext, JSONResponse, read_json, validate
+
+
+def _request_id(request: Request, body_id: str | None) -> str:
+    """``X-Request-Id`` header, else the body's ``request_id``, else random (wire brief §2.7)."""
+    return request.headers.get("x-request-id") or body_id or new_request_id()
+
+
+def routes(ctx: AppContext) -> list[Route]:
+    """The render routes bound to ``ctx``."""
+
+    async def chat(request: Request) -> JSONResponse:
+        req = validate(ChatCompletionRequest, await read_json(request, ctx.config.max_body_bytes))
+        ctx.check_model(req.model)
+        rid = _request_id(request, req.request_id)
+        return JSONResponse(await ctx.run_cpu(render_chat, ctx.bundle, ctx.config, req, rid))
+
+    async def completion(request: Request) -> JSONResponse:
+        req = validate(CompletionRequest, await read_json(request, ctx.config.max_body_bytes))
+        ctx.check_model(req.model)
+        rid = _request_id(request, req.request_id)
+        return JSONResponse(await ctx.run_cpu(render_completion, ctx.bundle, ctx.config, req, rid))
+
+    return [
+        Route("/v1/chat/completions/render", chat, methods=["POST"]),
+        Route("/render", chat, methods=["POST"]),
+        Route("/v1/completions/render", completion, methods=["POST"]),
+    ]

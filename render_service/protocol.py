@@ -1,0 +1,164 @@
+"""Request models for render (OpenAI Chat Completions / Completions, vLLM extensions).
+
+Field names, types and defaults follow vLLM 0.33's `ChatCompletionRequest` and
+`CompletionRequest` (wire brief §1.3, §1.4). Unknown keys are accepted and ignored, as
+vLLM does, so routers can send one body to either implementation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
+
+from .errors import bad_request
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class StreamOptions(_Lenient):
+    include_usage: bool | None = False
+    continuous_usage_stats: bool | None = False
+
+
+class SamplingFields(_Lenient):
+    """Sampling fields shared by chat and completions (wire brief §2.2)."""
+
+    model: str | None = None
+    n: int | None = Field(default=1, ge=1, le=16384)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=-1)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
+    stop: str | list[str] | None = None
+    stop_token_ids: list[NonNegativeInt] | None = None
+    ignore_eos: bool = False
+    min_tokens: NonNegativeInt = 0
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool | None = None
+    spaces_between_special_tokens: bool = True
+    logit_bias: dict[str, float] | None = None
+    allowed_token_ids: list[NonNegativeInt] | None = None
+    bad_words: list[str] | None = None
+    truncate_prompt_tokens: int | None = Field(default=None, ge=-1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    request_id: str | None = None
+    cache_salt: str | None = None
+    priority: int = 0
+    kv_transfer_params: dict[str, Any] | None = None
+    ec_transfer_params: dict[str, Any] | None = None
+    vllm_xargs: dict[str, Any] | None = None
+    return_token_ids: bool | None = None
+    add_special_tokens: bool = False
+    use_beam_search: bool = False
+    response_format: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _stop_strings(self) -> "SamplingFields":
+        stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
+        if any(s == "" for s in stops):
+            raise ValueError("stop strings must not be empty")
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options can only be set when stream is true")
+        if self.cache_salt is not None and (
+            not self.cache_salt or len(self.cache_salt) > 128 or any(c in self.cache_salt for c in "@/\\\0")
+        ):
+            raise ValueError("cache_salt must be 1-128 characters without @ / \\ or NUL")
+        return self
+
+
+class ChatCompletionRequest(SamplingFields):
+    """OpenAI chat request as vLLM's render endpoint takes it."""
+
+    messages: list[dict[str, Any]]
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
+    include_reasoning: bool = True
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    documents: list[dict[str, Any]] | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=0, ge=-1)
+    prompt_logprobs: int | None = Field(default=None, ge=-1)
+
+    @model_validator(mode="after")
+    def _consistency(self) -> "ChatCompletionRequest":
+        if self.tools is not None and not self.tools:
+            raise ValueError("tools must not be an empty list; omit it instead")
+        if self.tool_choice is not None and self.tool_choice != "none" and not self.tools:
+            raise ValueError("tool_choice requires tools")
+        if isinstance(self.tool_choice, dict):
+            name = (self.tool_choice.get("function") or {}).get("name")
+            names = {(t.get("function") or {}).get("name") for t in self.tools or []}
+            if not isinstance(name, str) or name not in names:
+                raise ValueError(f"tool_choice names a function ({name!r}) that is not in tools")
+        if self.continue_final_message and self.add_generation_prompt:
+            raise ValueError("continue_final_message and add_generation_prompt cannot both be true")
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs requires logprobs: true")
+        return self
+
+    @property
+    def effective_tool_choice(self) -> str | dict:
+        """``tool_choice`` with vLLM's default: ``auto`` when tools are given, else ``none``."""
+        if self.tool_choice is not None:
+            return self.tool_choice
+        return "auto" if self.tools else "none"
+
+
+class CompletionRequest(SamplingFields):
+    """OpenAI legacy completions request (wire brief §1.4)."""
+
+    prompt: str | list[str] | list[NonNegativeInt] | list[list[NonNegativeInt]]
+    max_tokens: int | None = Field(default=16, ge=1)
+    echo: bool = False
+    suffix: str | None = None
+    logprobs: int | None = Field(default=None, ge=-1)
+    add_special_tokens: bool = True
+
+    @model_validator(mode="after")
+    def _prompt_shape(self) -> "CompletionRequest":
+        if self.suffix:
+            raise ValueError("suffix (fill-in-the-middle) is not supported by this model's renderer")
+        p = self.prompt
+        if isinstance(p, list) and not p:
+            raise ValueError("prompt must not be empty")
+        if isinstance(p, list) and any(isinstance(x, list) and not x for x in p):
+            raise ValueError("token-id prompts must not be empty")
+        return self
+
+    def prompts(self) -> list[str | list[int]]:
+        """The prompt(s) as a list: each a string or a list of token ids."""
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if all(isinstance(x, int) for x in p):
+            return [list(p)]
+        return list(p)
+
+
+def stop_list(stop: str | list[str] | None) -> list[str]:
+    """``stop`` as a list (str → [str], null → [])."""
+    if stop is None:
+        return []
+    return [stop] if isinstance(stop, str) else list(stop)
+
+
+def require(condition: bool, message: str, param: str | None = None) -> None:
+    """Raise a 400 unless ``condition``."""
+    if not condition:
+        raise bad_request(message, param)

@@ -1,0 +1,98 @@
+"""Start-up: config → loaded model → checked parser choices → ASGI app.
+
+Everything that can be wrong with an operator's flags is found here, before the port
+opens, and reported as one `StartupError` line rather than a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+
+from .config import ServeConfig
+from .model import ModelBundle, ModelLoadError, load_model
+
+log = logging.getLogger("render_service.server")
+
+
+class StartupError(RuntimeError):
+    """The server cannot start with this configuration; the message says why."""
+
+
+def resolve_parsers(config: ServeConfig, bundle: ModelBundle) -> ServeConfig:
+    """Check ``--reasoning-parser`` / ``--tool-call-parser`` names and resolve ``auto``.
+
+    Raises:
+        StartupError: unknown parser name, or ``--enable-auto-tool-choice`` without a tool parser.
+    """
+    reasoning, tool = config.reasoning_parser, config.tool_call_parser
+    if config.enable_auto_tool_choice and not tool:
+        raise StartupError("--enable-auto-tool-choice requires --tool-call-parser NAME (or auto)")
+    if not reasoning and not tool:
+        return config
+    try:
+        from parsers import api as parsers_api
+    except ImportError as exc:  # pragma: no cover - parsers ship with this package
+        raise StartupError(f"parsers package unavailable: {exc}") from None
+    if "auto" in (reasoning, tool):
+        source = bundle.chat_template.source if bundle.chat_template else ""
+        found_reasoning, found_tool = parsers_api.detect_parsers(source)
+        if reasoning == "auto":
+            reasoning = found_reasoning
+            log.info("--reasoning-parser auto picked %s from the chat template", reasoning or "none")
+        if tool == "auto":
+            tool = found_tool
+            log.info("--tool-call-parser auto picked %s from the chat template", tool or "none")
+            if tool is None and config.enable_auto_tool_choice:
+                raise StartupError("--tool-call-parser auto found no known tool-call format in the chat template")
+    if reasoning and reasoning not in parsers_api.reasoning_parser_names():
+        raise StartupError(
+            f"unknown --reasoning-parser {reasoning!r}; known: {', '.join(sorted(parsers_api.reasoning_parser_names()))}"
+        )
+    if tool and tool not in parsers_api.tool_parser_names():
+        raise StartupError(
+            f"unknown --tool-call-parser {tool!r}; known: {', '.join(sorted(parsers_api.tool_parser_names()))}"
+        )
+    return dataclasses.replace(config, reasoning_parser=reasoning, tool_call_parser=tool)
+
+
+def load_bundle(config: ServeConfig) -> ModelBundle:
+    """Load the model named by ``config`` (or the embedded default).
+
+    Raises:
+        StartupError: the model cannot be loaded.
+    """
+    try:
+        return load_model(
+            config.model,
+            chat_template=config.chat_template,
+            max_model_len=config.max_model_len,
+            served_model_name=config.served_model_name,
+            tokenizer_backend=config.tokenizer_backend,
+        )
+    except ModelLoadError as exc:
+        raise StartupError(str(exc)) from None
+
+
+def build_app(config: ServeConfig):
+    """``(app, bundle, resolved_config)`` for ``config``.
+
+    Raises:
+        StartupError: see `load_bundle` and `resolve_parsers`.
+    """
+    from .http.app import create_app
+
+    bundle = load_bundle(config)
+    config = resolve_parsers(config, bundle)
+    return create_app(bundle, config), bundle, config
+
+
+def app_from_env():
+    """ASGI app factory for ``--workers N`` (each uvicorn worker process builds its own)."""
+    raw = json.loads(os.environ["RENDER_SERVICE_CONFIG"])
+    fields = {f.name: f for f in dataclasses.fields(ServeConfig)}
+    kwargs = {k: tuple(v) if isinstance(v, list) and k in fields else v for k, v in raw.items() if k in fields}
+    app, _, _ = build_app(ServeConfig(**kwargs))
+    return app

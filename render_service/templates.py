@@ -1,0 +1,238 @@
+"""Chat templates with Hugging Face semantics.
+
+A chat template is Jinja source shipped with a model. `transformers` renders it in a
+sandboxed environment with a few additions, and prompts only match what the model was
+trained on if we render exactly the same way (wire parity with `apply_chat_template`):
+
+- `ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)` with the
+  `loopcontrols` extension (`{% break %}`, `{% continue %}`; case 09);
+- a `{% generation %}…{% endgeneration %}` tag that renders its body unchanged (it only
+  marks assistant spans for training masks; SmolLM3's template uses it, case 09);
+- `tojson` = `json.dumps(x, ensure_ascii=False, …)` returning a plain `str`: Jinja's stock
+  filter returns `Markup`, which HTML-escapes quotes it is concatenated with (case 07);
+- globals `raise_exception(msg)` (raises `TemplateError`, surfaced as HTTP 400, case 08)
+  and `strftime_now(fmt)`;
+- messages with ``None`` values have those keys dropped (transformers 5 behaviour), and
+  reasoning is aliased under ``reasoning_content``/``thinking``/``reasoning``;
+- `continue_final_message` cuts the render right after the final message's text.
+
+Source: `transformers/utils/chat_template_utils.py` (5.x), read for behaviour, not copied.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+import jinja2.ext
+import jinja2.meta
+import jinja2.nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .errors import bad_request
+
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+_CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+
+
+class TemplateRenderError(ValueError):
+    """The template refused the conversation (`raise_exception`) or failed while rendering."""
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """`{% generation %}body{% endgeneration %}` renders ``body`` unchanged."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.Scope(body).set_lineno(lineno)
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separators=None, sort_keys: bool = False) -> str:
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _raise_exception(message: str) -> None:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+class _SafeNamespace(jinja2.utils.Namespace):
+    """`namespace()` that refuses underscore attributes (no route to interpreter internals)."""
+
+    def __init__(*args: Any, **kwargs: Any) -> None:
+        self, args = args[0], args[1:]
+        attrs = dict(*args, **kwargs)
+        for name in attrs:
+            _SafeNamespace._check(name)
+        jinja2.utils.Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _SafeNamespace._check(name)
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check(name: Any) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise jinja2.exceptions.SecurityError(f"namespace attribute {name!r} is not allowed")
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols]
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    env.globals["namespace"] = _SafeNamespace
+    return env
+
+
+_ENV = _environment()
+
+
+class ChatTemplate:
+    """A compiled chat template.
+
+    Args:
+        source: the Jinja text (e.g. ``tokenizer_config.json["chat_template"]``).
+
+    Raises:
+        ValueError: the source is not valid Jinja (reported at load, not per request).
+    """
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        try:
+            self._template = _ENV.from_string(source)
+            ast = _ENV.parse(source)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ValueError(f"chat template does not compile: {exc}") from None
+        self.variables = frozenset(jinja2.meta.find_undeclared_variables(ast))
+        self.content_format = _detect_content_format(ast)
+        self.arguments_form = _detect_arguments_form(source)
+
+    def render(
+        self,
+        messages: list[dict],
+        *,
+        tools: list[dict] | None = None,
+        documents: list[dict] | None = None,
+        add_generation_prompt: bool = False,
+        continue_final_message: bool = False,
+        **kwargs: Any,
+    ) -> str:
+        """Render a conversation to the prompt string, as `apply_chat_template(tokenize=False)`.
+
+        ``messages`` must already be plain JSON data (see `render_service.chat`). Extra
+        ``kwargs`` (special-token strings, ``enable_thinking``, …) become template variables.
+
+        Raises:
+            TemplateRenderError: the template raised (`raise_exception`) or failed.
+        """
+        chat = [_alias_reasoning({k: v for k, v in m.items() if v is not None}) for m in messages]
+        final_text = None
+        if continue_final_message:
+            chat, final_text = _tag_final_message(chat)
+        try:
+            text = self._template.render(
+                messages=chat,
+                tools=tools,
+                documents=documents,
+                add_generation_prompt=add_generation_prompt,
+                **kwargs,
+            )
+        except jinja2.TemplateError as exc:
+            raise TemplateRenderError(str(exc)) from None
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as exc:
+            raise TemplateRenderError(f"{type(exc).__name__}: {exc}") from None
+        if final_text is not None:
+            text = _cut_after_final_message(text, final_text)
+        return text
+
+
+@lru_cache(maxsize=16)
+def compile_template(source: str) -> ChatTemplate:
+    """`ChatTemplate(source)`, cached by source text (per-request templates reuse compilations)."""
+    return ChatTemplate(source)
+
+
+def _alias_reasoning(message: dict) -> dict:
+    reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None), None)
+    if reasoning is None:
+        return message
+    return {"thinking": reasoning, **message, "reasoning_content": reasoning}
+
+
+def _tag_final_message(chat: list[dict]) -> tuple[list[dict], str]:
+    """Append a tag to the final message's text so the render can be cut right after it."""
+    if not chat:
+        raise bad_request("continue_final_message is set but the conversation is empty.", "messages")
+    last = dict(chat[-1])
+    content = last.get("content")
+    if isinstance(content, str):
+        last["content"] = content + _CONTINUE_TAG
+        final = content
+    elif isinstance(content, list):
+        parts = [dict(p) if isinstance(p, dict) else p for p in content]
+        for part in reversed(parts):
+            if isinstance(part, dict) and "text" in part:
+                final = part["text"]
+                part["text"] = final + _CONTINUE_TAG
+                break
+        else:
+            raise bad_request("continue_final_message is set but the final message has no text.", "messages")
+        last["content"] = parts
+    else:
+        raise bad_request("continue_final_message is set but the final message has no content.", "messages")
+    return chat[:-1] + [last], final
+
+
+def _cut_after_final_message(text: str, final: str) -> str:
+    tag = _CONTINUE_TAG.strip()
+    if final.strip() not in text or tag not in text:
+        raise TemplateRenderError(
+            "continue_final_message is set but the template does not render the final message's text"
+        )
+    at = text.rindex(tag)
+    if text[at : at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
+        return text[:at]
+    return text[:at].rstrip()
+
+
+def _detect_content_format(ast: jinja2.nodes.Template) -> str:
+    """``"openai"`` when the template loops over ``message['content']`` (list of parts), else ``"string"``.
+
+    Same rule as vLLM's content-format auto-detection: a text-only template that concatenates
+    ``content`` must get a string (case 03), a multimodal-aware one gets the parts.
+    """
+    for loop in ast.find_all(jinja2.nodes.For):
+        target = loop.iter
+        while isinstance(target, jinja2.nodes.Filter):
+            target = target.node
+        if isinstance(target, jinja2.nodes.Getitem) and isinstance(target.arg, jinja2.nodes.Const):
+            if target.arg.value == "content":
+                return "openai"
+        if isinstance(target, jinja2.nodes.Getattr) and target.attr == "content":
+            return "openai"
+    return "string"
+
+
+def _detect_arguments_form(source: str) -> str:
+    """How the template wants assistant ``tool_calls[].function.arguments``: ``"mapping"`` or ``"string"``.
+
+    OpenAI clients send arguments as a JSON string. Most templates expect a mapping
+    (they apply ``tojson`` or iterate ``items()``), and a string there is double-encoded
+    (case 01). A few (DeepSeek-R1) concatenate the arguments as text and crash on a mapping.
+    """
+    compact = "".join(source.split())
+    concatenates = ("['arguments']+", "+tool['function']['arguments']", ".arguments+", "+tool_call.arguments")
+    return "string" if any(sign in compact for sign in concatenates) else "mapping"
