@@ -1,0 +1,21 @@
+"""Derender: a tokens-only engine's output token ids → OpenAI chat/completions responses.
+
+Module map (each one job, all sans-IO):
+
+- ``schema.py``   request bodies (vLLM 0.33 shapes, wire brief §1.6-§1.8)
+- ``plan.py``     per-request decisions: decode flags, stop rules, parser choice, logprob cut
+- ``stops.py``    stop strings over streamed text with minimal hold-back
+- ``choice.py``   one choice: ids → detokenizer → stops → parser → gates → `Delta`
+- ``logprobs.py`` engine id logprobs → OpenAI token strings/bytes
+- ``assemble.py`` `Delta` → OpenAI JSON (message, chunk delta, envelopes)
+- ``state.py``    the versioned, HMAC-sealed, bounded ``stream_state``
+- ``service.py``  `Derenderer`: non-streaming and stateless streaming entry points
+- ``pipe.py``     one-connection mode: engine SSE in, OpenAI SSE out
+
+The HTTP adapters are in ``render_service/http/derender_routes.py``; user docs in
+``docs/derender.md``.
+"""
+
+from .service import Derenderer
+
+__all__ = ["Derenderer"]

@@ -1,0 +1,167 @@
+"""What to do with one request's output, decided once from the request and the server config.
+
+`Plan` is frozen and holds no per-choice progress; `ChoiceStream` (choice.py) applies it.
+Rules follow wire brief §3.1 (decode parameters), §3.2 steps 2, 4, 6, 7 and §3.5, with
+two deliberate departures: stop strings are applied while streaming (vLLM: 400), and
+``prompt_token_ids`` is the one prompt source for both decoding and the parser (§8 item 6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import ServeConfig
+from ..errors import bad_request
+from .schema import ChatRequestFields, ParseContext, SamplingFields
+
+MAX_CHOICES = 16384  # vLLM's VLLM_MAX_N_SEQUENCES
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Per-request derender decisions.
+
+    ``top_logprobs``: how many engine candidates to keep per position (None = all).
+    ``reasoning``/``tool``: parser registry names (both None = no parser). ``named_tool``:
+    ``tool_choice`` names one function (finish_reason stays ``stop``, content ``""``).
+    """
+
+    kind: str                                  # "chat" | "completion"
+    skip_special_tokens: bool = True
+    stops: tuple[str, ...] = ()
+    include_stop_str_in_output: bool = False
+    min_tokens: int = 0
+    stop_token_ids: frozenset[int] = frozenset()
+    eos_token_ids: frozenset[int] = frozenset()
+    tokenizer_eos_id: int | None = None
+    ignore_eos: bool = False
+    reasoning: str | None = None
+    tool: str | None = None
+    tools: list[dict] | None = None
+    tool_choice: Any = "none"
+    chat_template_kwargs: dict = field(default_factory=dict)
+    include_reasoning: bool = True
+    parallel_tool_calls: bool = True
+    named_tool: bool = False
+    top_logprobs: int | None = None
+    return_token_ids: bool = False
+
+    @property
+    def has_parser(self) -> bool:
+        return self.reasoning is not None or self.tool is not None
+
+    @property
+    def keeps_logprobs(self) -> bool:
+        """§3.2 step 8: logprobs are dropped with a parser and ``include_reasoning:false``."""
+        return not (self.has_parser and not self.include_reasoning)
+
+
+def parser_configured(config: ServeConfig) -> bool:
+    """True when the server runs a reasoning parser or an auto tool-call parser."""
+    return bool(config.reasoning_parser) or bool(config.tool_call_parser and config.enable_auto_tool_choice)
+
+
+def _stop_list(stop: str | list[str] | None) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    stops = (stop,) if isinstance(stop, str) else tuple(stop)
+    if any(not isinstance(s, str) or not s for s in stops):
+        raise bad_request("Stop strings must be non-empty strings.", param="stop")
+    return stops
+
+
+def chat_plan(bundle: Any, config: ServeConfig, chat: ChatRequestFields | None, ctx: ParseContext | None,
+              sampling: SamplingFields | None) -> Plan:
+    """Plan for chat derender.
+
+    Parser source: ``chat_request`` (vLLM) or the slim ``parse_context``; when a parser is
+    configured one of them is required (400), as in vLLM. Stop/EOS/logprob settings come
+    from ``chat_request``, else from ``sampling_params``.
+
+    Raises:
+        OpenAIError: 400 for a missing parse source, a named tool not in ``tools``, bad stops.
+    """
+    src: ChatRequestFields | ParseContext | None = chat if chat is not None else ctx
+    if parser_configured(config) and src is None:
+        raise bad_request("This server runs a reasoning/tool-call parser: send `chat_request` "
+                          "(or the slim `parse_context` from render) with every derender call.",
+                          param="chat_request")
+    tools = (src.tools if src is not None else None) or None
+    tool_choice = src.tool_choice if src is not None and src.tool_choice is not None else ("auto" if tools else "none")
+    named = isinstance(tool_choice, dict)
+    if named:
+        name = (tool_choice.get("function") or {}).get("name")
+        if not tools or name not in {(t.get("function") or {}).get("name") for t in tools}:
+            raise bad_request(f"tool_choice names {name!r}, which is not among `tools`.", param="tool_choice")
+    elif tool_choice not in ("none", "auto", "required"):
+        raise bad_request(f"Unknown tool_choice {tool_choice!r}.", param="tool_choice")
+    if ctx is not None and chat is None:
+        kwargs = dict(ctx.chat_template_kwargs or {})
+    else:
+        kwargs = {**config.default_chat_template_kwargs, **((chat.chat_template_kwargs if chat else None) or {})}
+
+    tool_parser = config.tool_call_parser
+    keep_tools = bool(tools) and tool_parser is not None and (
+        named or tool_choice == "required" or (tool_choice == "auto" and config.enable_auto_tool_choice))
+    reasoning = config.reasoning_parser
+    tool = tool_parser if keep_tools else None
+    has_parser = src is not None and (reasoning is not None or tool is not None)
+
+    s = chat if chat is not None else sampling
+    skip = True if s is None or s.skip_special_tokens is None else s.skip_special_tokens
+    if has_parser:
+        skip = False  # markers must survive (§3.1, shared case 22)
+    top: int | None = None
+    if chat is not None and chat.logprobs:
+        top = None if chat.top_logprobs == -1 or chat.logprob_token_ids else (chat.top_logprobs or 0)
+    return Plan(
+        kind="chat",
+        skip_special_tokens=skip,
+        **_stop_fields(bundle, s),
+        reasoning=reasoning if has_parser else None,
+        tool=tool if has_parser else None,
+        tools=tools,
+        tool_choice=tool_choice,
+        chat_template_kwargs=kwargs,
+        include_reasoning=src.include_reasoning if src is not None else True,
+        parallel_tool_calls=src.parallel_tool_calls is not False if src is not None else True,
+        named_tool=named,
+        top_logprobs=top,
+        return_token_ids=bool(chat.return_token_ids) if chat is not None else False,
+    )
+
+
+def completion_plan(bundle: Any, req: ChatRequestFields | None, sampling: SamplingFields | None) -> Plan:
+    """Plan for completions derender: never a parser (§1.7); logprobs keep ``logprobs + 1``
+    candidates (all for -1 or unset)."""
+    s = req if req is not None else sampling
+    skip = True if s is None or s.skip_special_tokens is None else s.skip_special_tokens
+    top = None
+    if req is not None and isinstance(req.logprobs, int) and not isinstance(req.logprobs, bool) and req.logprobs >= 0:
+        top = req.logprobs + 1
+    return Plan(kind="completion", skip_special_tokens=skip, **_stop_fields(bundle, s), top_logprobs=top,
+                return_token_ids=bool(req.return_token_ids) if req is not None else False)
+
+
+def _stop_fields(bundle: Any, s: ChatRequestFields | SamplingFields | None) -> dict:
+    eos_name = (getattr(bundle, "special_tokens", None) or {}).get("eos_token")
+    tok_eos = bundle.tokenizer.token_to_id(eos_name) if eos_name else None
+    return dict(
+        stops=_stop_list(s.stop) if s is not None else (),
+        include_stop_str_in_output=bool(s.include_stop_str_in_output) if s is not None else False,
+        min_tokens=s.min_tokens if s is not None else 0,
+        stop_token_ids=frozenset((s.stop_token_ids or []) if s is not None else []),
+        eos_token_ids=frozenset(bundle.eos_token_ids or []),
+        tokenizer_eos_id=tok_eos,
+        ignore_eos=bool(s.ignore_eos) if s is not None else False,
+    )
+
+
+def check_ids(ids: list[int] | None, vocab_size: int, param: str) -> None:
+    """400 unless every id is in ``[0, vocab_size)``."""
+    if ids:
+        lo, hi = min(ids), max(ids)
+        if lo < 0 or hi >= vocab_size:
+            bad = lo if lo < 0 else hi
+            raise bad_request(f"Token id {bad} in `{param}` is outside the vocabulary [0, {vocab_size}).", param=param)

@@ -1,0 +1,243 @@
+"""Derender requests → OpenAI responses. Pure functions over validated bodies; no HTTP.
+
+`Derenderer` serves one model:
+
+* `chat` / `completion`: non-streaming (§1.6 / §1.7 response shapes).
+* `chat_stream` / `completion_stream`: vLLM-compatible stateless streaming — one generate
+  chunk plus the previous ``stream_state`` in, ``{"chunk", "stream_state"}`` out. Work
+  and state per call are proportional to the chunk and to what is unfinished, not to
+  what was streamed before (vLLM replays everything, §3.3 / §8 item 1).
+* `pipe`: a `PipeSession` for the one-connection mode (see ``pipe.py``).
+
+Errors are `OpenAIError` (400 for anything the caller sent wrong, including a bad
+``stream_state``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..config import ServeConfig
+from ..errors import OpenAIError, bad_request
+from . import assemble
+from .choice import ChoiceStream, Delta
+from .logprobs import logprob_ids
+from .parsing import DefaultParserKit, ParserKit
+from .plan import MAX_CHOICES, Plan, chat_plan, check_ids, completion_plan
+from .schema import (DerenderChatRequest, DerenderChatStreamRequest, DerenderCompletionRequest,
+                     DerenderCompletionStreamRequest, GenChoice, GenerateResponse)
+from .state import StateCodec
+
+
+class Derenderer:
+    """Derender for one loaded model.
+
+    Args:
+        bundle: `ModelBundle` (uses ``tokenizer``, ``eos_token_ids``, ``special_tokens``,
+            ``served_model_names``, ``max_model_len``, ``fingerprint``).
+        config: `ServeConfig` (parsers, ``max_logprobs``, ``stream_state_secret``).
+        kit: parser factory; defaults to the ``parsers`` package.
+    """
+
+    def __init__(self, bundle: Any, config: ServeConfig, kit: ParserKit | None = None) -> None:
+        self.bundle = bundle
+        self.config = config
+        self.kit = kit or DefaultParserKit()
+        self.tok = bundle.tokenizer
+        self.codec = StateCodec(bundle.fingerprint, config.stream_state_secret)
+
+    # -- checks ----------------------------------------------------------------------
+    def _model(self, model: str | None) -> str:
+        return model or self.bundle.served_model_names[0]
+
+    def _check_prompt(self, ids: list[int] | None, param: str) -> None:
+        if ids is not None and len(ids) > self.bundle.max_model_len:
+            raise bad_request(f"`{param}` has {len(ids)} ids; the limit is max_model_len={self.bundle.max_model_len}.", param)
+        check_ids(ids, self.tok.vocab_size, param)
+
+    def _check_response(self, gen: GenerateResponse, param: str, streaming: bool) -> None:
+        if not streaming and not gen.choices:
+            raise bad_request("The generate response has no choices.", f"{param}.choices")
+        if len(gen.choices) > MAX_CHOICES:
+            raise bad_request(f"At most {MAX_CHOICES} choices are allowed.", f"{param}.choices")
+        limit, max_lp = self.bundle.max_model_len, self.config.max_logprobs
+        seen: set[int] = set()
+        for i, ch in enumerate(gen.choices):
+            p = f"{param}.choices.{i}"
+            if ch.index in seen:
+                raise bad_request(f"Choice index {ch.index} appears twice.", f"{p}.index")
+            seen.add(ch.index)
+            if not streaming and not ch.token_ids:
+                raise bad_request("A choice has no token_ids.", f"{p}.token_ids")
+            if ch.token_ids and len(ch.token_ids) > limit:
+                raise bad_request(f"A choice has {len(ch.token_ids)} token_ids; max_model_len is {limit}.", f"{p}.token_ids")
+            check_ids(ch.token_ids, self.tok.vocab_size, f"{p}.token_ids")
+            if ch.logprobs is not None:
+                if len(ch.logprobs.content) > limit:
+                    raise bad_request(f"logprobs.content is longer than max_model_len={limit}.", f"{p}.logprobs")
+                if max_lp != -1 and any(len(pos.top_logprobs or []) > max_lp + 1 for pos in ch.logprobs.content):
+                    raise bad_request(f"More than {max_lp} top logprobs per position (--max-logprobs).", f"{p}.logprobs")
+                check_ids(logprob_ids(ch.logprobs), self.tok.vocab_size, f"{p}.logprobs")
+
+    # -- non-streaming ---------------------------------------------------------------
+    def _run_whole(self, plan: Plan, prompt: list[int] | None, ch: GenChoice) -> Delta:
+        if ch.finish_reason is None:
+            ch = ch.model_copy(update={"finish_reason": "stop"})
+        delta = ChoiceStream(plan, self.tok, self.kit, prompt).step(ch)
+        assert delta is not None
+        return delta
+
+    def chat(self, req: DerenderChatRequest) -> dict:
+        """Non-streaming chat derender → ``ChatCompletionResponse`` dict."""
+        gen = req.generate_response
+        self._check_response(gen, "generate_response", streaming=False)
+        prompt = req.prompt_token_ids if req.prompt_token_ids is not None else gen.prompt_token_ids
+        self._check_prompt(prompt, "prompt_token_ids")
+        plan = chat_plan(self.bundle, self.config, req.chat_request, req.parse_context, req.sampling_params)
+        choices = []
+        for ch in gen.choices:
+            delta = self._run_whole(plan, prompt, ch)
+            choices.append(assemble.chat_choice(ch.index, delta, plan, ch.token_ids, ch))
+        completion = sum(len(ch.token_ids or []) for ch in gen.choices)
+        return {
+            "id": assemble.response_id(gen.request_id, "chat"), "object": "chat.completion",
+            "created": gen.created or int(time.time()), "model": self._model(req.model), "choices": choices,
+            "service_tier": None, "system_fingerprint": None,
+            "usage": assemble.usage(self._prompt_tokens(req.prompt_tokens, gen, prompt), completion),
+            "prompt_logprobs": gen.prompt_logprobs,
+            "prompt_token_ids": gen.prompt_token_ids if plan.return_token_ids else None, "prompt_text": None,
+            "kv_transfer_params": gen.kv_transfer_params, "ec_transfer_params": gen.ec_transfer_params,
+            "metrics": gen.metrics,
+        }
+
+    def completion(self, req: DerenderCompletionRequest) -> dict:
+        """Non-streaming completions derender → ``CompletionResponse`` dict (choices
+        re-indexed across all generate responses, usage summed)."""
+        n = len(req.generate_responses)
+        for name, lst in (("prompt_tokens", req.prompt_tokens), ("prompt_token_ids", req.prompt_token_ids)):
+            if lst is not None and len(lst) != n:
+                raise bad_request(f"`{name}` must have one entry per generate response ({n}).", name)
+        plan = completion_plan(self.bundle, req.completion_request, req.sampling_params)
+        choices, prompt_total, completion_total = [], 0, 0
+        for r, gen in enumerate(req.generate_responses):
+            self._check_response(gen, f"generate_responses.{r}", streaming=False)
+            prompt = (req.prompt_token_ids[r] if req.prompt_token_ids else None) or gen.prompt_token_ids
+            self._check_prompt(prompt, f"prompt_token_ids.{r}")
+            prompt_total += self._prompt_tokens(req.prompt_tokens[r] if req.prompt_tokens else None, gen, prompt)
+            for ch in gen.choices:
+                delta = self._run_whole(plan, prompt, ch)
+                choices.append(assemble.completion_choice(len(choices), delta, plan, ch.token_ids, streaming=False))
+                completion_total += len(ch.token_ids or [])
+        gens = req.generate_responses
+        kv = gens[0].kv_transfer_params if all(g.kv_transfer_params == gens[0].kv_transfer_params for g in gens) else None
+        return {
+            "id": assemble.response_id(gens[0].request_id, "completion"), "object": "text_completion",
+            "created": gens[0].created or int(time.time()), "model": self._model(req.model), "choices": choices,
+            "service_tier": None, "system_fingerprint": None, "usage": assemble.usage(prompt_total, completion_total),
+            "kv_transfer_params": kv, "metrics": gens[0].metrics if n == 1 else None,
+        }
+
+    def _prompt_tokens(self, given: int | None, gen: GenerateResponse, prompt: list[int] | None) -> int:
+        if given is not None:
+            return given
+        if gen.usage is not None and gen.usage.prompt_tokens:
+            return gen.usage.prompt_tokens
+        return len(prompt or [])
+
+    # -- stateless streaming ---------------------------------------------------------
+    def chat_stream(self, req: DerenderChatStreamRequest) -> dict:
+        """One generate chunk → ``{"chunk": chat.completion.chunk, "stream_state": …}``."""
+        plan = chat_plan(self.bundle, self.config, req.chat_request, req.parse_context, req.sampling_params)
+        return self._stream(plan, req)
+
+    def completion_stream(self, req: DerenderCompletionStreamRequest) -> dict:
+        """One generate chunk → ``{"chunk": text_completion chunk, "stream_state": …}``."""
+        plan = completion_plan(self.bundle, req.completion_request, req.sampling_params)
+        return self._stream(plan, req)
+
+    def _stream(self, plan: Plan, req: Any) -> dict:
+        gen: GenerateResponse = req.generate_chunk
+        self._check_response(gen, "generate_chunk", streaming=True)
+        self._check_prompt(req.prompt_token_ids, "prompt_token_ids")
+        if req.stream_state is None:
+            payload: dict = {"c": int(time.time()), "pl": len(req.prompt_token_ids or []), "ch": {}}
+        else:
+            try:
+                payload = self.codec.open(req.stream_state)
+                if type(payload.get("c")) is not int or type(payload.get("pl")) is not int or not isinstance(payload.get("ch"), dict):
+                    raise ValueError("stream_state payload is malformed")
+            except ValueError as exc:
+                raise bad_request(f"Invalid stream_state: {exc}", "stream_state") from None
+        session = StreamSession(self, plan, req.prompt_token_ids, payload)
+        choices = session.step(gen, streaming_keep_empty=True)
+        chunk = session.chunk(gen, choices, self._model(req.model), req.prompt_tokens)
+        return {"chunk": chunk, "stream_state": self.codec.seal(session.payload())}
+
+
+class StreamSession:
+    """The choices of one streamed request; shared by stateless calls (rebuilt from the
+    payload each call) and by the pipe (kept in memory for the connection)."""
+
+    def __init__(self, d: Derenderer, plan: Plan, prompt: list[int] | None, payload: dict) -> None:
+        self.d, self.plan, self.prompt = d, plan, prompt
+        self.created, self.prompt_len = payload["c"], payload["pl"]
+        self.states: dict[str, Any] = dict(payload["ch"])      # index -> exported state (not yet live)
+        self.live: dict[str, ChoiceStream] = {}
+        self.rid = ""
+
+    def payload(self) -> dict:
+        ch = dict(self.states)
+        for key, cs in self.live.items():
+            ch[key] = cs.export_state()
+        return {"c": self.created, "pl": self.prompt_len, "ch": ch}
+
+    def _choice(self, key: str) -> ChoiceStream:
+        cs = self.live.get(key)
+        if cs is None:
+            st = self.states.pop(key, None)
+            if st is None:
+                cs = ChoiceStream(self.plan, self.d.tok, self.d.kit, self.prompt)
+            else:
+                try:
+                    if not isinstance(st, dict):
+                        raise ValueError("not an object")
+                    cs = ChoiceStream(self.plan, self.d.tok, self.d.kit, None, st)
+                except OpenAIError:
+                    raise
+                except Exception as exc:  # includes a parser that cannot resume: the caller's state is bad
+                    raise bad_request(f"Invalid stream_state for choice {key}: {exc}", "stream_state") from None
+            self.live[key] = cs
+        return cs
+
+    def step(self, gen: GenerateResponse, streaming_keep_empty: bool) -> list[dict]:
+        """Run the chunk's choices; returns OpenAI chunk choices (empty deltas kept or not)."""
+        if gen.request_id:
+            self.rid = gen.request_id
+        limit = self.d.bundle.max_model_len
+        out = []
+        for ch in gen.choices:
+            cs = self._choice(str(ch.index))
+            if self.prompt_len + cs.n_tokens + len(ch.token_ids or []) > limit:
+                raise bad_request(f"Prompt plus output exceed max_model_len={limit}.", "generate_chunk")
+            delta = cs.step(ch)
+            if delta is None or (not streaming_keep_empty and delta.empty and not delta.first):
+                continue
+            if self.plan.kind == "chat":
+                out.append(assemble.chat_chunk_choice(ch.index, delta, self.plan, ch.token_ids, ch))
+            else:
+                out.append(assemble.completion_choice(ch.index, delta, self.plan, ch.token_ids, streaming=True))
+        return out
+
+    def usage(self, gen: GenerateResponse, prompt_tokens: int | None) -> dict | None:
+        if gen.usage is None:
+            return None
+        p = prompt_tokens if prompt_tokens is not None else gen.usage.prompt_tokens
+        return assemble.usage(p, gen.usage.completion_tokens)
+
+    def chunk(self, gen: GenerateResponse, choices: list[dict], model: str, prompt_tokens: int | None) -> dict:
+        rid = assemble.response_id(self.rid or gen.request_id, self.plan.kind)
+        u = self.usage(gen, prompt_tokens)
+        if self.plan.kind == "chat":
+            return assemble.chat_chunk(rid, self.created, model, choices, u, gen.metrics)
+        return assemble.completion_chunk(rid, self.created, model, choices, u)

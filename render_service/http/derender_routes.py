@@ -1,0 +1,133 @@
+"""Derender routes: thin HTTP adapters over `render_service.derender`.
+
+| route | body | response |
+|---|---|---|
+| ``POST /v1/chat/completions/derender`` (alias ``POST /derender``) | ``DerenderChatRequest`` (``stream`` absent/false) or ``DerenderChatStreamRequest`` (``stream: true``) | ``ChatCompletionResponse`` or ``{"chunk", "stream_state"}`` |
+| ``POST /v1/completions/derender`` | ``DerenderCompletionRequest`` / ``…StreamRequest`` | ``CompletionResponse`` or ``{"chunk", "stream_state"}`` |
+| ``POST /v1/chat/completions/derender/pipe`` | header line + engine SSE bytes (see `render_service.derender.pipe`) | OpenAI SSE, written as input arrives |
+| ``POST /v1/completions/derender/pipe`` | same, completions | OpenAI SSE |
+
+Shapes: wire brief §1.6, §1.7; ``stream_state`` format: `render_service.derender.state`.
+Small chunks are derendered on the event loop (a thread hop costs more than the work);
+large bodies go to the CPU pool.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import orjson
+import pydantic
+from starlette.requests import Request
+from starlette.routing import Route
+
+from ..derender.parsing import ParserKit
+from ..derender.pipe import PipeSession
+from ..derender.schema import (DerenderChatRequest, DerenderChatStreamRequest, DerenderCompletionRequest,
+                               DerenderCompletionStreamRequest, PipeHeader)
+from ..derender.service import Derenderer
+from ..errors import OpenAIError, bad_request
+from .common import AppContext, JSONResponse, error_response, read_json, validate
+
+log = logging.getLogger(__name__)
+
+INLINE_TOKENS = 256  # below this many ids a request is derendered on the event loop
+
+
+def _token_count(body: dict) -> int:
+    gens = body.get("generate_responses") or [body.get("generate_response") or body.get("generate_chunk") or {}]
+    total = 0
+    for g in gens:
+        for ch in (g.get("choices") or []) if isinstance(g, dict) else []:
+            ids = ch.get("token_ids") if isinstance(ch, dict) else None
+            total += len(ids) if isinstance(ids, list) else 0
+    return total
+
+
+def routes(ctx: AppContext, kit: ParserKit | None = None) -> list[Route]:
+    """The derender routes for ``ctx.bundle`` (``kit`` overrides the parsers package, for tests)."""
+    d = Derenderer(ctx.bundle, ctx.config, kit)
+
+    def endpoint(plain: tuple[type, Callable], streamed: tuple[type, Callable]) -> Callable:
+        async def handle(request: Request) -> JSONResponse:
+            try:
+                body = await read_json(request, ctx.config.max_body_bytes)
+                model, fn = streamed if isinstance(body, dict) and body.get("stream") is True else plain
+                req = validate(model, body)
+                ctx.check_model(req.model)
+                result = fn(req) if _token_count(body) < INLINE_TOKENS else await ctx.run_cpu(fn, req)
+                return JSONResponse(result)
+            except OpenAIError as err:
+                return error_response(err)
+            except Exception:  # a bug of ours: say so without leaking internals
+                log.exception("derender failed")
+                return error_response(OpenAIError(500, "Internal error while derendering."))
+        return handle
+
+    chat = endpoint((DerenderChatRequest, d.chat), (DerenderChatStreamRequest, d.chat_stream))
+    completion = endpoint((DerenderCompletionRequest, d.completion), (DerenderCompletionStreamRequest, d.completion_stream))
+    return [
+        Route("/v1/chat/completions/derender", chat, methods=["POST"]),
+        Route("/derender", chat, methods=["POST"]),
+        Route("/v1/completions/derender", completion, methods=["POST"]),
+        Route("/v1/chat/completions/derender/pipe", PipeEndpoint(ctx, d, "chat"), methods=["POST"]),
+        Route("/v1/completions/derender/pipe", PipeEndpoint(ctx, d, "completion"), methods=["POST"]),
+    ]
+
+
+class PipeEndpoint:
+    """Raw ASGI endpoint: reads the request body while writing the response (full duplex
+    over HTTP/1.1 chunked transfer; a client that first sends everything also works)."""
+
+    MAX_HEADER_BYTES = 32 * 1024 * 1024
+
+    def __init__(self, ctx: AppContext, d: Derenderer, kind: str) -> None:
+        self.ctx, self.d, self.kind = ctx, d, kind
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        buf, more = b"", True
+        while b"\n" not in buf and more:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return
+            buf += msg.get("body", b"")
+            more = msg.get("more_body", False)
+            if len(buf) > min(self.MAX_HEADER_BYTES, self.ctx.config.max_body_bytes) and b"\n" not in buf:
+                return await self._error(send, OpenAIError(413, "The pipe header line is too long."))
+        line, _, rest = buf.partition(b"\n")
+        try:
+            try:
+                raw = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                raise bad_request("The first line of a pipe request must be a JSON header object.") from None
+            header = validate(PipeHeader, raw)
+            self.ctx.check_model(header.model)
+            session = PipeSession(self.d, self.kind, header)
+        except OpenAIError as err:
+            return await self._error(send, err)
+        except pydantic.ValidationError as exc:  # pragma: no cover - validate() converts these
+            return await self._error(send, bad_request(str(exc)))
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+        out = session.feed(rest)
+        while more:
+            if out:
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return
+            more = msg.get("more_body", False)
+            out = session.feed(msg.get("body", b""))
+        out += session.close()
+        await send({"type": "http.response.body", "body": out, "more_body": False})
+
+    @staticmethod
+    async def _error(send: Callable, err: OpenAIError) -> None:
+        body = orjson.dumps(err.body())
+        await send({"type": "http.response.start", "status": err.status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+__all__ = ["routes", "PipeEndpoint"]
