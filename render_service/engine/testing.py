@@ -1,0 +1,85 @@
+"""Start reference engines as real processes on loopback (for this repo's tests and demos).
+
+    with EngineProcess("--scripted", path, role="decode") as eng:
+        httpx.post(eng.url + "/inference/v1/generate", json=...)
+
+The child is ``python -m render_service.engine`` with this checkout on ``PYTHONPATH``; it is
+terminated (then killed) on exit. `kill()` simulates a crashed engine.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class EngineProcess:
+    """One engine subprocess. ``args`` are extra CLI flags (``--scripted F``, ``--model M``, …).
+
+    Raises:
+        RuntimeError: from ``__enter__`` if the process exits or ``/health`` does not answer
+            within ``startup_timeout`` seconds (the message carries its stderr).
+    """
+
+    def __init__(self, *args: str, role: str = "both", startup_timeout: float = 60.0):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = [sys.executable, "-m", "render_service.engine", "--role", role, "--port", str(self.port), *args]
+        self.startup_timeout = startup_timeout
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "EngineProcess":
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")])))
+        self._log = tempfile.TemporaryFile()  # not a pipe: a chatty child must never block on it
+        self.proc = subprocess.Popen(self.args, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"engine exited with {self.proc.returncode}: {self.output()[-2000:]}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.kill()
+        raise RuntimeError(f"engine on port {self.port} did not become healthy in {self.startup_timeout}s")
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def output(self) -> str:
+        """Everything the process printed so far."""
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 5 s."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL and reap (a crashed engine)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
