@@ -13,6 +13,9 @@ for each:
   double-encoded, case 01); templates that concatenate arguments as text (DeepSeek-R1)
   get the JSON string. Malformed JSON strings pass through unchanged.
 - ``reasoning_content`` (older clients) is the same as ``reasoning``.
+- ``content: null`` (OpenAI's assistant tool-call turn) becomes ``""``: transformers 5
+  drops None-valued keys, and templates such as Qwen3's and DeepSeek-R1's then fail on
+  the missing ``content`` of every tool-call turn.
 """
 
 from __future__ import annotations
@@ -45,7 +48,9 @@ def prepare_messages(messages: list[Any], template: ChatTemplate) -> list[dict]:
         if not isinstance(role, str) or not role:
             raise bad_request(f"messages[{i}].role must be a non-empty string.", f"messages.{i}.role")
         prepared = dict(message)
-        if "content" in prepared:
+        if prepared.get("content") is None:
+            prepared["content"] = ""
+        else:
             prepared["content"] = _content(prepared["content"], template.content_format, f"messages.{i}.content")
         if prepared.get("reasoning") is None and prepared.get("reasoning_content") is not None:
             prepared["reasoning"] = prepared.pop("reasoning_content")

@@ -1,0 +1,59 @@
+"""Shared test helpers: where ../shared is, and real servers on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+MODELS = SHARED / "models"
+TEMPLATES = SHARED / "templates"
+CASES = SHARED / "cases"
+
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared (real tokenizers, templates, cases) not present")
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve_app(app, *, port: int | None = None) -> Iterator[str]:
+    """Run ``app`` with uvicorn on loopback in a background thread; yield its base URL."""
+    import uvicorn
+
+    port = port or free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("test server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def render_server(model: str | None = None, **config) -> Iterator[str]:
+    """A real render server (our `create_app`) for ``model`` on loopback; yields its URL."""
+    from render_service.config import ServeConfig
+    from render_service.server import build_app
+
+    app, _, _ = build_app(ServeConfig(model=model, **config))
+    with serve_app(app) as url:
+        yield url
