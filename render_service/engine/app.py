@@ -175,8 +175,10 @@ class Engine:
                 engine_id=self.engine_id, request_id=run.internal_id, host=run.advertise_host,
                 port=self.config.port, handle=handle, num_tokens=len(job.prompt),
             )
-        if job.import_kv:
-            self.count("kv_loaded" if outcome.kv_source == "remote" else "kv_recomputed")
+        if outcome.kv_source == "remote":
+            self.count("kv_loaded")
+        elif outcome.kv_source == "recompute":
+            self.count("kv_recomputed")
         if not (job.export_kv or job.import_kv):
             return params, None
         metrics: dict[str, Any] = {

@@ -47,7 +47,8 @@ class Outcome:
     """What the loop returns after the last ``emit``.
 
     ``kv_source``: ``"remote"`` (decode loaded P's KV), ``"recompute"`` (decode leg whose KV
-    load failed and policy is recompute), ``"local"`` (no handoff involved).
+    load failed and policy is recompute), ``"local"`` (computed here, no KV received),
+    ``"none"`` (aborted before the prompt was processed).
     ``kv_error`` is the load failure message when ``kv_source == "recompute"``.
     """
 
@@ -84,6 +85,8 @@ def run_job(
         except KVStateError as exc:
             kv_error = str(exc)
     with backend.lock:
+        if cancel.is_set():  # aborted while queued for the model: skip the prompt work
+            return Outcome(finish=_abort(emit), num_generated=0, kv_source="none")
         session = None
         if prefix is not None:
             try:
@@ -115,12 +118,10 @@ def _sample(backend: Backend, job: Job, session: Session, cancel: threading.Even
     produced = 0
     while True:
         if cancel.is_set():
-            emit([], Finish("abort"))
-            return Finish("abort"), produced
+            return _abort(emit), produced
         token = session.next_token()
         if cancel.is_set():  # aborted while the step ran: do not hand out more
-            emit([], Finish("abort"))
-            return Finish("abort"), produced
+            return _abort(emit), produced
         produced += 1
         finish = None
         if produced >= sp.min_tokens and token in stop_ids:
@@ -132,3 +133,9 @@ def _sample(backend: Backend, job: Job, session: Session, cancel: threading.Even
         emit([token], finish)
         if finish is not None:
             return finish, produced
+
+
+def _abort(emit: Emit) -> Finish:
+    finish = Finish("abort")
+    emit([], finish)
+    return finish
