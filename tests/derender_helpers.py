@@ -1,0 +1,309 @@
+"""Helpers for the derender HTTP tests: servers, clients, a stand-in parser kit.
+
+`TinyKit` is a deliberately small parser (``<think>`` tags and ``<tool_call>{json}</tool_call>``
+blocks, arguments released when a block closes) used only while ``parsers.api`` has not
+landed; `kit()` picks the real package as soon as it exists, so the same tests then run
+against the real qwen3/hermes parsers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import httpx
+import orjson
+
+from conftest import MODELS, serve_app
+from parsers.events import Content, Reasoning, ToolCallArguments, ToolCallEnd, ToolCallStart
+
+
+# -- parser kit ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TinySpec:
+    reasoning: Any
+    tool: Any
+    tools: Any
+    tool_choice: Any
+    starts_in_reasoning: bool
+    chat_template_kwargs: dict
+
+
+class TinyParser:
+    def __init__(self, spec: TinySpec, state: dict | None = None) -> None:
+        self.spec = spec
+        st = state or {"m": "think" if spec.starts_in_reasoning else "text", "h": "", "b": "", "k": 0, "e": False}
+        self.m, self.h, self.b, self.k, self.e = st["m"], st["h"], st["b"], st["k"], st["e"]
+
+    def export_state(self) -> dict:
+        return {"m": self.m, "h": self.h, "b": self.b, "k": self.k, "e": self.e}
+
+    @classmethod
+    def restore(cls, spec: TinySpec, state: dict) -> "TinyParser":
+        return cls(spec, state)
+
+    def _markers(self) -> list[str]:
+        if self.m == "think":
+            return ["</think>"]
+        if self.m == "call":
+            return ["</tool_call>"]
+        out = []
+        if self.spec.reasoning and not self.e:
+            out.append("<think>")
+        if self.spec.tool:
+            out.append("<tool_call>")
+        return out
+
+    def _out(self, text: str, ev: list) -> None:
+        if text:
+            if self.m == "text":
+                ev.append(Content(text))
+            elif self.m == "think":
+                ev.append(Reasoning(text))
+            else:
+                self.b += text
+
+    def feed(self, text: str) -> list:
+        ev: list = []
+        buf, self.h = self.h + text, ""
+        while buf:
+            ms = self._markers()
+            hits = [(buf.find(m), m) for m in ms if m in buf]
+            if hits:
+                i, m = min(hits)
+                self._out(buf[:i], ev)
+                buf = buf[i + len(m):]
+                if m == "<think>":
+                    self.m = "think"
+                elif m == "</think>":
+                    self.m, self.e = "text", True
+                elif m == "<tool_call>":
+                    self.m, self.b = "call", ""
+                else:
+                    self._close(ev)
+                    self.m = "text"
+                continue
+            keep = 0
+            for m in ms:
+                keep = max([keep] + [k for k in range(1, min(len(m) - 1, len(buf)) + 1) if m.startswith(buf[-k:])])
+            self._out(buf[: len(buf) - keep], ev)
+            self.h, buf = buf[len(buf) - keep:], ""
+        return ev
+
+    def _close(self, ev: list) -> None:
+        try:
+            obj = json.loads(self.b)
+        except ValueError:
+            ev.append(Content("<tool_call>" + self.b))
+            return
+        args = obj.get("arguments")
+        ev.append(ToolCallStart(self.k, obj["name"]))
+        if args not in (None, ""):
+            ev.append(ToolCallArguments(self.k, json.dumps(args, ensure_ascii=False)))
+        ev.append(ToolCallEnd(self.k))
+        self.k, self.e = self.k + 1, True
+
+    def finish(self) -> list:
+        ev: list = []
+        if self.m == "call":
+            self._close(ev)
+            self.m = "text"
+        h, self.h = self.h, ""
+        self._out(h, ev)
+        return ev
+
+
+class TinyKit:
+    def spec(self, **f: Any) -> TinySpec:
+        return TinySpec(**f)
+
+    def create(self, spec: TinySpec) -> TinyParser:
+        return TinyParser(spec)
+
+    def restore(self, spec: TinySpec, state: dict) -> TinyParser:
+        return TinyParser.restore(spec, state)
+
+    def starts_in_reasoning(self, reasoning: str, text: str, kwargs: dict) -> bool:
+        return text.rfind("<think>") > text.rfind("</think>")
+
+
+def real_parsers() -> bool:
+    try:
+        from parsers import api  # noqa: F401
+    except ImportError:
+        return False
+    return all(hasattr(api, n) for n in ("ParserSpec", "create_parser", "prompt_starts_in_reasoning"))
+
+
+def kit() -> Any:
+    """None (= the real parsers package) when it exists, else `TinyKit`."""
+    return None if real_parsers() else TinyKit()
+
+
+# -- servers ---------------------------------------------------------------------------
+_bundles: dict[str, Any] = {}
+
+
+def bundle(name: str) -> Any:
+    from render_service.model import load_model
+
+    if name not in _bundles:
+        _bundles[name] = load_model(str(MODELS / name))
+    return _bundles[name]
+
+
+@contextlib.contextmanager
+def derender_server(model: str, **config: Any) -> Iterator[str]:
+    """A real server on loopback: `create_app` with the real parsers, else our routes with `TinyKit`."""
+    from starlette.applications import Starlette
+
+    from render_service.config import ServeConfig
+    from render_service.http import derender_routes
+    from render_service.http.app import create_app
+    from render_service.http.common import AppContext
+
+    b, cfg = bundle(model), ServeConfig(model=str(MODELS / model), **config)
+    k = kit()
+    app = create_app(b, cfg) if k is None else Starlette(routes=derender_routes.routes(AppContext(b, cfg), k))
+    with serve_app(app) as url:
+        yield url
+
+
+# -- clients ---------------------------------------------------------------------------
+CHAT = "/v1/chat/completions/derender"
+
+
+def gen_choice(ids: list[int], finish: str | None = None, stop_reason: Any = None, index: int = 0, logprobs: Any = None) -> dict:
+    return {"index": index, "finish_reason": finish, "stop_reason": stop_reason, "token_ids": ids,
+            "routed_experts": None, "sampling_mask": None, "weight_versions": None, "logprobs": logprobs}
+
+
+def splits(n: int, how: str | int, rnd: random.Random | None = None) -> list[tuple[int, int]]:
+    """Chunk boundaries over ``n`` tokens: "token" (one per chunk), "all", or a random split."""
+    if how == "token":
+        cuts = list(range(1, n))
+    elif how == "all":
+        cuts = []
+    else:
+        rnd = rnd or random.Random(how)
+        cuts = sorted(rnd.sample(range(1, n), min(n - 1, rnd.randint(1, max(1, n // 3))))) if n > 1 else []
+    bounds = [0] + cuts + [n]
+    return list(zip(bounds, bounds[1:]))
+
+
+class Derender:
+    """Talks to a derender server the way a router would."""
+
+    def __init__(self, client: httpx.Client, *, prompt: list[int] | None = None, extra: dict | None = None,
+                 path: str = CHAT) -> None:
+        self.c, self.prompt, self.extra, self.path = client, prompt, extra or {}, path
+
+    def post(self, body: dict, path: str | None = None) -> httpx.Response:
+        return self.c.post(path or self.path, content=orjson.dumps(body), headers={"content-type": "application/json"})
+
+    def whole(self, choices: list[dict], **gen: Any) -> dict:
+        body = {"model": None, "generate_response": {"request_id": "generate-tokens-chatcmpl-t", "choices": choices, **gen},
+                "prompt_token_ids": self.prompt, **self.extra}
+        if self.path.startswith("/v1/completions"):
+            body = {"generate_responses": [body.pop("generate_response")], "prompt_token_ids": [self.prompt], **self.extra}
+        r = self.post(body)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def stream(self, chunks: list[dict]) -> tuple[list[dict], list[dict]]:
+        """Each item: a generate chunk (``{"choices": [...], "usage"?: …}``). Returns (chunks, states)."""
+        state, out, states = None, [], []
+        for gen in chunks:
+            body = {"stream": True, "generate_chunk": {"request_id": "generate-tokens-chatcmpl-t", **gen},
+                    "stream_state": state, "prompt_token_ids": self.prompt, **self.extra}
+            r = self.post(body)
+            assert r.status_code == 200, r.text
+            data = r.json()
+            state = data["stream_state"]
+            out.append(data["chunk"])
+            states.append(state)
+        return out, states
+
+    def pipe(self, chunks: list[dict], header: dict | None = None, byte_split: int | None = None) -> list[dict]:
+        head = {"prompt_token_ids": self.prompt, **self.extra, **(header or {})}
+        sse = b"".join(b"data: " + orjson.dumps({"request_id": "generate-tokens-chatcmpl-t", **g}) + b"\n\n" for g in chunks)
+        sse += b"data: [DONE]\n\n"
+        body = orjson.dumps(head) + b"\n" + sse
+        step = byte_split or len(body)
+
+        def gen():
+            for i in range(0, len(body), step):
+                yield body[i:i + step]
+
+        r = self.c.post(self.path + "/pipe", content=gen())
+        assert r.status_code == 200, r.text
+        return parse_sse(r.content)
+
+
+def parse_sse(raw: bytes) -> list[dict]:
+    events = []
+    for block in raw.split(b"\n\n"):
+        if block.startswith(b"data: "):
+            payload = block[6:]
+            events.append({"done": True} if payload == b"[DONE]" else orjson.loads(payload))
+    return events
+
+
+def token_chunks(ids: list[int], how: str | int, finish: str = "stop", stop_reason: Any = None) -> list[dict]:
+    parts = splits(len(ids), how)
+    return [{"choices": [gen_choice(ids[a:b], finish if b == len(ids) else None, stop_reason if b == len(ids) else None)]}
+            for a, b in parts]
+
+
+# -- views to compare ------------------------------------------------------------------
+def _args(s: str) -> Any:
+    return json.loads(s) if s else s
+
+
+def message_view(resp: dict, index: int = 0) -> dict:
+    ch = next(c for c in resp["choices"] if c["index"] == index)
+    if "message" in ch:
+        m = ch["message"]
+        calls = [(t["function"]["name"], _args(t["function"]["arguments"])) for t in m.get("tool_calls") or []]
+        return {"content": m["content"] or None, "reasoning": m["reasoning"], "tool_calls": calls,
+                "finish_reason": ch["finish_reason"], "stop_reason": ch["stop_reason"]}
+    return {"content": ch["text"] or None, "finish_reason": ch["finish_reason"], "stop_reason": ch["stop_reason"]}
+
+
+def stream_view(chunks: list[dict], index: int = 0) -> dict:
+    """Concatenate deltas of one choice; checks the tool-call streaming discipline on the way."""
+    content, reasoning, calls, finish, stop_reason, kind, roles = "", "", {}, None, None, "chat", 0
+    for chunk in chunks:
+        for ch in chunk.get("choices", []):
+            if ch["index"] != index:
+                continue
+            if "text" in ch:
+                kind = "completion"
+                content += ch["text"] or ""
+            else:
+                d = ch["delta"]
+                roles += d.get("role") == "assistant"
+                content += d.get("content") or ""
+                reasoning += d.get("reasoning") or ""
+                assert (d.get("reasoning") or None) == (d.get("reasoning_content") or None)
+                for tc in d.get("tool_calls") or []:
+                    i = tc["index"]
+                    if i not in calls:
+                        assert tc["id"].startswith("chatcmpl-tool-") or tc["id"], tc
+                        assert tc["type"] == "function" and tc["function"]["name"], tc
+                        calls[i] = {"id": tc["id"], "name": tc["function"]["name"], "args": ""}
+                    else:
+                        assert "id" not in tc and "name" not in tc["function"], "id/name sent twice"
+                    calls[i]["args"] += tc["function"].get("arguments") or ""
+            if ch["finish_reason"] is not None:
+                assert finish is None, "two finish reasons"
+                finish, stop_reason = ch["finish_reason"], ch["stop_reason"]
+    if kind == "completion":
+        return {"content": content or None, "finish_reason": finish, "stop_reason": stop_reason}
+    assert roles == 1, f"role sent {roles} times"
+    return {"content": content or None, "reasoning": reasoning or None,
+            "tool_calls": [(c["name"], _args(c["args"])) for _, c in sorted(calls.items())],
+            "finish_reason": finish, "stop_reason": stop_reason}
