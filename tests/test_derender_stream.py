@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CASES, needs_shared
-from derender_helpers import Derender, bundle, derender_server, message_view, stream_view, token_chunks
+from test_derender_helpers import Derender, bundle, derender_server, message_view, stream_view, token_chunks
 
 pytestmark = needs_shared
 

@@ -1,4 +1,4 @@
-"""Helpers for the derender HTTP tests: servers, clients, a stand-in parser kit.
+"""Helpers for the derender HTTP tests (no tests here): servers, clients, a stand-in parser kit.
 
 `TinyKit` is a deliberately small parser (``<think>`` tags and ``<tool_call>{json}</tool_call>``
 blocks, arguments released when a block closes) used only while ``parsers.api`` has not
