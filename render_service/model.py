@@ -56,6 +56,17 @@ class ModelBundle:
     fingerprint: str
     tokenizer_config: dict = field(default_factory=dict)
 
+    _sanitizers: dict = field(default_factory=dict, repr=False)
+
+    def sanitizer(self, template: ChatTemplate):
+        """The `ControlTokenSanitizer` for ``template`` (built once per template)."""
+        from .sanitize import ControlTokenSanitizer
+
+        found = self._sanitizers.get(template.source)
+        if found is None:
+            found = self._sanitizers[template.source] = ControlTokenSanitizer(self.tokenizer.hf, template)
+        return found
+
     @property
     def model_name(self) -> str:
         """The name used in responses (first served name)."""

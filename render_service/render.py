@@ -50,14 +50,17 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
 
     template, kwargs = _template_and_kwargs(bundle, config, req)
     messages = prepare_messages(req.messages, template)
-    tools = req.tools
+    tools, documents = req.tools, req.documents
     if tools is not None and tool_choice == "none" and config.exclude_tools_when_tool_choice_none:
         tools = None
+    sanitizer = bundle.sanitizer(template) if config.content_special_tokens == "text" else None
+    if sanitizer is not None:
+        messages, tools, documents, kwargs = (sanitizer.mark(x) for x in (messages, tools, documents, kwargs))
     try:
         text = template.render(
             messages,
             tools=tools,
-            documents=req.documents,
+            documents=documents,
             add_generation_prompt=req.add_generation_prompt,
             continue_final_message=req.continue_final_message,
             **{**bundle.special_tokens, **kwargs},
@@ -65,7 +68,15 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
     except TemplateRenderError as exc:
         raise bad_request(f"Chat template error: {exc}", "messages") from None
 
-    token_ids = bundle.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
+    if sanitizer is None:
+        token_ids = bundle.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
+        if req.add_special_tokens:
+            token_ids = _drop_doubled_bos(token_ids, bundle)
+    else:
+        try:
+            token_ids = sanitizer.encode(text)
+        except ValueError as exc:
+            raise bad_request(str(exc), "messages") from None
     token_ids = _truncate(token_ids, req.truncate_prompt_tokens, bundle.max_model_len)
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
@@ -243,6 +254,15 @@ def _skip_special_tokens(req: ChatCompletionRequest, bundle: ModelBundle, parser
     if req.skip_special_tokens is not None:
         return req.skip_special_tokens
     return bool(bundle.generation_config.get("skip_special_tokens", True))
+
+
+def _drop_doubled_bos(token_ids: list[int], bundle: ModelBundle) -> list[int]:
+    """The template already wrote BOS; ``add_special_tokens`` must not add a second (case 05)."""
+    bos = bundle.special_tokens.get("bos_token")
+    bos_id = bundle.tokenizer.token_to_id(bos) if bos else None
+    if bos_id is not None and token_ids[:2] == [bos_id, bos_id]:
+        return token_ids[1:]
+    return token_ids
 
 
 def _truncate(token_ids: list[int], truncate: int | None, max_model_len: int) -> list[int]:

@@ -117,6 +117,10 @@ class ChatTemplate:
         except jinja2.TemplateSyntaxError as exc:
             raise ValueError(f"chat template does not compile: {exc}") from None
         self.variables = frozenset(jinja2.meta.find_undeclared_variables(ast))
+        literals = {n.data for n in ast.find_all(jinja2.nodes.TemplateData)}
+        literals |= {n.value for n in ast.find_all(jinja2.nodes.Const) if isinstance(n.value, str)}
+        # Every literal string the template can write, NUL-joined so a search can't match across two.
+        self.literal_text = "\0".join(sorted(literals))
         self.content_format = _detect_content_format(ast)
         self.arguments_form = _detect_arguments_form(source)
 
