@@ -223,15 +223,17 @@ def test_abort_non_stream_and_disconnect(engine):
     choice = result["r"].json()["choices"][0]
     assert choice["finish_reason"] == "abort" and 0 < len(choice["token_ids"]) < 40
 
-    # a client that hangs up mid-stream aborts its request too
+    # a client that hangs up, mid-stream or while waiting for JSON, aborts its request too
     with httpx.stream("POST", engine.url + GEN, json={"token_ids": [90], "stream": True}, timeout=30) as r:
         for i, _ in enumerate(r.iter_lines()):
             if i == 4:
                 break
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(engine.url + GEN, json={"token_ids": [90]}, timeout=0.5)
     deadline = time.monotonic() + 3
-    while stats(engine)["requests_aborted"] < before + 2 and time.monotonic() < deadline:
+    while stats(engine)["requests_aborted"] < before + 3 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert stats(engine)["requests_aborted"] == before + 2
+    assert stats(engine)["requests_aborted"] == before + 3
 
 
 def test_prefill_decode_handoff_across_processes(script_path):

@@ -98,7 +98,7 @@ class Engine:
         self.config = config
         self.engine_id = str(uuid.uuid4())
         self.started = time.time()
-        self.names = list(config.served_model_names) or [getattr(backend, "default_name", None) or backend.source]
+        self.names = list(config.served_model_names) or [backend.default_name]
         self.store = kv.KVLeaseStore(config.kv_lease_duration)
         self.executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="engine")
         self.counters = dict.fromkeys(COUNTERS, 0)

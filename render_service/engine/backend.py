@@ -79,7 +79,9 @@ class Backend(Protocol):
     model_id: str
     """Identity checked on KV handoff: prefill and decode must run the same weights."""
     source: str
-    """What the operator passed (GGUF path or script path); the default served name."""
+    """What the operator passed (GGUF path or script path)."""
+    default_name: str
+    """Served model name when ``--served-model-name`` is absent (vLLM: the model path)."""
     eos_token_ids: list[int]
     max_model_len: int | None
     lock: AbstractContextManager

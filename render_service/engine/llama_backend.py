@@ -109,7 +109,7 @@ class LlamaBackend:
             model_path=model_path, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
             logits_all=False, verbose=False,
         )
-        self.source = model_path
+        self.source = self.default_name = model_path
         self.model_id = _fingerprint(model_path)
         eot = llama_cpp.llama_vocab_eot(self.llm._model.vocab)
         self.eos_token_ids = sorted({t for t in (self.llm.token_eos(), eot) if t >= 0})
