@@ -3,7 +3,8 @@
 Each id is decoded on its own with specials kept; a SentencePiece leading ``▁`` is
 restored as a space. A token that ends inside a UTF-8 character decodes to U+FFFD on its
 own; it is repaired by decoding it after 1..4 preceding *sampled* ids (carried across
-chunks as ``context``) and keeping what lies beyond the context's text. ``bytes`` are the
+chunks as ``context``) and keeping what lies beyond the context's clean (U+FFFD-free) text,
+so the token that completes a character shows the whole character. ``bytes`` are the
 token's raw bytes when the tokenizer's pieces map to bytes (so a client can join partial
 characters), else the UTF-8 of the string.
 """
@@ -35,7 +36,8 @@ class LogprobDecoder:
         if text.endswith(REPLACEMENT):
             for k in range(1, len(self.context) + 1):
                 ctx = self.context[-k:]
-                full, pre = decode(ctx + [token_id], skip_special_tokens=False), decode(ctx, skip_special_tokens=False)
+                full = decode(ctx + [token_id], skip_special_tokens=False)
+                pre = decode(ctx, skip_special_tokens=False).rstrip(REPLACEMENT)  # the context's clean part
                 if full.startswith(pre) and not full.endswith(REPLACEMENT):
                     return full[len(pre):]
         return text

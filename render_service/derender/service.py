@@ -158,7 +158,6 @@ class Derenderer:
 
     def _stream(self, plan: Plan, req: Any) -> dict:
         gen: GenerateResponse = req.generate_chunk
-        self._check_response(gen, "generate_chunk", streaming=True)
         self._check_prompt(req.prompt_token_ids, "prompt_token_ids")
         if req.stream_state is None:
             payload: dict = {"c": int(time.time()), "pl": len(req.prompt_token_ids or []), "ch": {}}
@@ -212,6 +211,7 @@ class StreamSession:
 
     def step(self, gen: GenerateResponse, streaming_keep_empty: bool) -> list[dict]:
         """Run the chunk's choices; returns OpenAI chunk choices (empty deltas kept or not)."""
+        self.d._check_response(gen, "generate_chunk", streaming=True)
         if gen.request_id:
             self.rid = gen.request_id
         limit = self.d.bundle.max_model_len
