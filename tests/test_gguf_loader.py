@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import tokenizers
 
+from conftest import MODELS, needs_shared
 from render_service.gguf_loader import (
     PRE_TOKENIZERS,
     GgufTokenizerError,
@@ -16,10 +17,6 @@ from render_service.gguf_loader import (
     load_gguf,
 )
 from render_service.tokenizer.corpus import fixed_samples, random_samples, special_samples
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-MODELS = SHARED / "models"
-needs_shared = pytest.mark.skipif(not MODELS.is_dir(), reason="shared/models fixtures not found beside the repo")
 
 
 def _added(tok: tokenizers.Tokenizer) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 
-__all__ = ["fixed_samples", "special_samples", "random_samples", "selfcheck_corpus"]
+__all__ = ["fixed_samples", "special_samples", "random_samples", "chat_like_prompts", "selfcheck_corpus"]
 
 _FIXED = (
     "",
@@ -82,12 +82,16 @@ def fixed_samples() -> list[str]:
     return list(_FIXED)
 
 
-def special_samples(added_tokens: list[str]) -> list[str]:
+def special_samples(added_tokens: list[str], compact: bool = False) -> list[str]:
     """Strings built around every added token: alone, in text, adjacent, spaced, and look-alikes.
 
     Args:
         added_tokens: contents of the tokenizer's added tokens (special or not).
+        compact: one string per token (all its variants joined) instead of ~13.
     """
+    if compact:
+        return ["\n".join(special_samples([tok, added_tokens[(i + 1) % len(added_tokens)]])[:13])
+                for i, tok in enumerate(added_tokens)]
     out: list[str] = []
     for i, tok in enumerate(added_tokens):
         other = added_tokens[(i + 1) % len(added_tokens)]
@@ -127,6 +131,26 @@ def random_samples(n: int, seed: int = 0, added_tokens: list[str] | None = None,
     return out
 
 
+def chat_like_prompts(added_tokens: list[str], n: int, seed: int = 0) -> list[str]:
+    """``n`` prompt-shaped strings: corpus text interleaved with added tokens, newlines, spaces.
+
+    For checking that encoding a prompt in segments equals encoding it whole.
+    """
+    rng = random.Random(seed)
+    texts = fixed_samples() + random_samples(200, seed + 1, added_tokens)
+    glue = ("", "", "\n", " ", "  ", "\n\n", "user\n", "assistant\n", "\t")
+    out = []
+    for _ in range(n):
+        parts = []
+        for _ in range(rng.randint(1, 12)):
+            if added_tokens and rng.random() < 0.5:
+                parts.append(rng.choice(glue) + rng.choice(added_tokens) + rng.choice(glue))
+            parts.append(rng.choice(texts))
+        out.append("".join(parts))
+    return out
+
+
 def selfcheck_corpus(added_tokens: list[str], n_random: int = 200, seed: int = 0) -> list[str]:
-    """Fixed + per-added-token + ``n_random`` random strings (the load-time self-check)."""
-    return fixed_samples() + special_samples(added_tokens) + random_samples(n_random, seed, added_tokens)
+    """Fixed + one string per added token + ``n_random`` random strings (load-time self-check)."""
+    return (fixed_samples() + special_samples(added_tokens, compact=True)
+            + random_samples(n_random, seed, added_tokens))

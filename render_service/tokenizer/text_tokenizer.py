@@ -2,25 +2,108 @@
 
 from __future__ import annotations
 
+import logging
 from functools import cached_property
 
 import tokenizers
+
+from .backends import Backend, BackendUnavailable, HfBackend, make_backend
+from .corpus import chat_like_prompts, selfcheck_corpus
+from .segments import SegmentCache, SegmentSplitter
+from .selfcheck import backend_mismatch, first_mismatch
+
+log = logging.getLogger("render_service.tokenizer")
+
+DEFAULT_SEGMENT_CACHE_BYTES = 64 << 20
+BACKEND_CHOICES = ("auto", "hf", "fast")
 
 
 class TextTokenizer:
     """A Hugging Face `tokenizers.Tokenizer` with the calls render and derender need.
 
+    Encoding goes through a backend (HF reference or `fastokens`) and an exact segment
+    cache (`segments.py`); decoding and vocabulary look-ups use ``hf``. Either way
+    ``encode(text)`` equals ``hf.encode(text).ids``.
+
     Args:
         hf: the reference Rust tokenizer (from ``tokenizer.json`` or rebuilt from a GGUF).
-        add_bos_token / add_eos_token: only for tokenizers whose post-processor does not
-            already add them (Llama-style ``tokenizer_config.json`` flags).
+        backend: ``"hf"`` (default here, no load-time cost), ``"fast"`` or ``"auto"``; see `from_hf`.
+        name: label for log lines (model name).
+        segment_cache_bytes: budget of the segment cache (estimated resident bytes); 0 turns it off.
+
+    Raises:
+        ValueError: unknown ``backend``; or ``backend="fast"`` and the fast backend is
+            missing or not equal to HF on the self-check corpus (the message says why).
     """
 
-    def __init__(self, hf: tokenizers.Tokenizer) -> None:
+    def __init__(self, hf: tokenizers.Tokenizer, backend: str = "hf", *, name: str | None = None,
+                 segment_cache_bytes: int = DEFAULT_SEGMENT_CACHE_BYTES) -> None:
+        if backend not in BACKEND_CHOICES:
+            raise ValueError(f"unknown tokenizer backend {backend!r} (expected one of {', '.join(BACKEND_CHOICES)})")
         self.hf = hf
-        self._special_ids = frozenset(
-            i for i, tok in hf.get_added_tokens_decoder().items() if tok.special
-        )
+        self.name = name or "tokenizer"
+        self._special_ids = frozenset(i for i, tok in hf.get_added_tokens_decoder().items() if tok.special)
+        self._reference = HfBackend(hf)
+        self._backend: Backend = self._reference
+        self.backend_note = "hf requested"
+        if backend != "hf":
+            self._backend, self.backend_note = self._choose_fast(backend)
+        self._cache = SegmentCache(segment_cache_bytes)
+        self._splitter: SegmentSplitter | None = None
+        self.cache_note = "segment cache off (budget 0)"
+        if segment_cache_bytes > 0:
+            self._splitter, self.cache_note = self._check_splitter()
+
+    @classmethod
+    def from_hf(cls, hf: tokenizers.Tokenizer, backend: str = "auto", name: str | None = None,
+                segment_cache_bytes: int = DEFAULT_SEGMENT_CACHE_BYTES) -> "TextTokenizer":
+        """The constructor the model loader calls.
+
+        ``backend``: ``"auto"`` uses `fastokens` when it is installed and encodes the
+        self-check corpus (multilingual text, emoji, digits, code, whitespace runs, every
+        added token, look-alikes; `corpus.selfcheck_corpus`) exactly like ``hf``, else HF,
+        logging one line saying why; ``"fast"`` insists on `fastokens` (ValueError if it
+        cannot be proven equal); ``"hf"`` is the reference alone.
+        """
+        return cls(hf, backend, name=name, segment_cache_bytes=segment_cache_bytes)
+
+    def _added_contents(self) -> list[str]:
+        return [t.content for _, t in sorted(self.hf.get_added_tokens_decoder().items()) if t.content]
+
+    def _choose_fast(self, backend: str) -> tuple[Backend, str]:
+        try:
+            fast = make_backend("fast", self.hf)
+            reason = backend_mismatch(self._reference, fast, selfcheck_corpus(self._added_contents()))
+        except BackendUnavailable as exc:
+            fast, reason = None, str(exc)
+        if reason is None:
+            log.info("%s: tokenizer backend fastokens (equal to HF on the self-check corpus)", self.name)
+            return fast, "fastokens: equal to HF on the self-check corpus"
+        if backend == "fast":
+            raise ValueError(f"{self.name}: tokenizer backend 'fast' refused: {reason}")
+        log.warning("%s: tokenizer backend falls back to HF: %s", self.name, reason)
+        return self._reference, f"hf fallback: {reason}"
+
+    def _check_splitter(self) -> tuple[SegmentSplitter | None, str]:
+        splitter = SegmentSplitter(self.hf)
+        if splitter.blockers:
+            log.info("%s: segment cache off: %s", self.name, "; ".join(splitter.blockers))
+            return None, "off: " + "; ".join(splitter.blockers)
+        if not splitter.cut_token_ids:
+            return None, "off: no added token can cut a prompt into independent segments"
+        prompts = chat_like_prompts(self._added_contents(), 150)
+        segmented = [SegmentCache(0).encode_segments(splitter.split(p), self._reference.encode_batch)
+                     for p in prompts]
+        diff = first_mismatch(prompts, self._reference.encode_batch(prompts), segmented)
+        if diff is not None:
+            log.warning("%s: segment cache off: segmented encoding differs on %s", self.name, diff)
+            return None, f"off: segmented encoding differs on {diff}"
+        return splitter, f"on: cuts at {len(splitter.cut_token_ids)} added tokens"
+
+    @property
+    def backend_name(self) -> str:
+        """``"hf"`` or ``"fastokens"``: which library encodes."""
+        return self._backend.name
 
     @cached_property
     def vocab_size(self) -> int:
@@ -28,8 +111,23 @@ class TextTokenizer:
         return self.hf.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        """Token ids of ``text``; ``add_special_tokens`` runs the post-processor (BOS/EOS)."""
-        return self.hf.encode(text, add_special_tokens=add_special_tokens).ids
+        """Token ids of ``text``; ``add_special_tokens`` runs the post-processor (BOS/EOS).
+
+        Equal to ``hf.encode(text, add_special_tokens=...).ids``. Without post-processing,
+        text segments between added tokens come from the segment cache when seen before.
+        """
+        if add_special_tokens or self._splitter is None:
+            return self._backend.encode(text, add_special_tokens)
+        return self._cache.encode_segments(self._splitter.split(text), self._backend.encode_batch)
+
+    def cache_stats(self) -> dict[str, int]:
+        """Segment cache counters (``hits``, ``misses``, ``hit_chars``, ``miss_chars``,
+        ``evictions``, ``entries``, ``bytes``, ``max_bytes``) and ``enabled`` (0/1), for metrics."""
+        return {**self._cache.stats(), "enabled": int(self._splitter is not None)}
+
+    def clear_cache(self) -> None:
+        """Empty the segment cache (counters are kept)."""
+        self._cache.clear()
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         """Text of ``ids``, as ``tokenizer.decode`` in transformers."""
