@@ -12,6 +12,7 @@ shared case states the right value, that value is asserted too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 
@@ -21,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CASES, needs_shared
-from test_derender_helpers import Derender, bundle, derender_server, message_view, stream_view, token_chunks
+from test_derender_helpers import (Derender, bundle, derender_server, message_view, real_parsers, stream_view,
+                                   token_chunks)
 
 pytestmark = needs_shared
 
@@ -219,3 +221,72 @@ def test_state_size_does_not_grow_with_streamed_tokens(smol):
     assert abs(after_5000 - after_10) < 64, (after_10, after_5000)
     assert after_5000 < 600
     assert stream_view(out)["content"] == tok.decode(ids)
+
+
+# -- other families (real parsers only) ---------------------------------------------------
+real_only = pytest.mark.skipif(not real_parsers(), reason="needs parsers.api (the TinyKit stand-in knows only think + hermes)")
+GPT_PROMPT = "<|start|>user<|message|>Weather?<|end|><|start|>assistant"
+R1_PROMPT = "<｜User｜>Weather?<｜Assistant｜><think>\n"
+C15 = case("15")["input"]
+R1_CALL = ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+           '{"city": "Paris"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>')
+
+# name -> (model, server flags, prompt, raw output, end ids, finish, tools, chat_request extras, expected)
+FAMILY_CASES = {
+    "c15a_xml_brace_in_value": ("qwen3", "xml", USER + "<think>\n\n</think>\n\n", C15["raw_output_a"], [151645], "stop",
+                                C15["tools"], {}, {"tool_calls": [("get_weather", {"city": "echo '}'"})]}),
+    "c15b_two_calls": ("qwen3", "xml", USER + "<think>\n\n</think>\n\n", C15["raw_output_b_two_calls_one_chunk"], [151645],
+                       "stop", C15["tools"], {},
+                       {"tool_calls": [("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Tokyo"})]}),
+    "c15c_truncated": ("qwen3", "xml", USER + "<think>\n\n</think>\n\n", C15["raw_output_c_truncated"], [], "length",
+                       C15["tools"], {}, {"finish_reason": "length"}),
+    # case 22 kind: markers are special tokens; a client asking to skip specials must not break parsing
+    "c22_harmony_special_markers": ("gpt-oss", "harmony", GPT_PROMPT,
+                                    '<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>'
+                                    'commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}',
+                                    [200012], "stop", WEATHER, {"skip_special_tokens": True},
+                                    {"reasoning": "Need weather.", "tool_calls": [("get_weather", {"city": "Paris"})],
+                                     "finish_reason": "tool_calls"}),
+    "c29_r1_literal_tag_after_end": ("deepseek-r1", "r1", R1_PROMPT, case("29")["input"]["raw_output"], [1], "stop", None, {},
+                                     {"reasoning": "figuring it out", "content": "you close the block with </think> when done"}),
+    "r1_reasoning_then_call": ("deepseek-r1", "r1", R1_PROMPT, "Need the weather.\n</think>\n\n" + R1_CALL, [1], "stop",
+                               WEATHER, {}, {"reasoning": "Need the weather.\n", "tool_calls": [("get_weather", {"city": "Paris"})],
+                                             "finish_reason": "tool_calls"}),
+}
+FAMILY_FLAGS = {
+    "xml": dict(reasoning_parser="qwen3", tool_call_parser="qwen3_xml", enable_auto_tool_choice=True),
+    "harmony": dict(reasoning_parser="openai_gptoss", tool_call_parser="openai", enable_auto_tool_choice=True),
+    "r1": dict(reasoning_parser="deepseek_r1", tool_call_parser="deepseek_v3", enable_auto_tool_choice=True),
+}
+
+
+@pytest.fixture(scope="module")
+def family_servers():
+    with contextlib.ExitStack() as stack:
+        servers = {}
+
+        def get(model: str, flags: str):
+            if (model, flags) not in servers:
+                url = stack.enter_context(derender_server(model, **FAMILY_FLAGS[flags]))
+                servers[model, flags] = stack.enter_context(httpx.Client(base_url=url, timeout=30))
+            return servers[model, flags]
+        yield get
+
+
+@real_only
+@pytest.mark.parametrize("name", sorted(FAMILY_CASES))
+def test_other_families_stream_equals_whole(family_servers, name):
+    model, flags, prompt_text, raw, end, finish, tools, extra, expected = FAMILY_CASES[name]
+    tok = bundle(model).tokenizer
+    ids = tok.encode(raw) + end
+    req = {"chat_request": {"messages": [], **({"tools": tools} if tools else {}), **extra}}
+    client = family_servers(model, flags)
+    d = Derender(client, prompt=tok.encode(prompt_text), extra=req)
+    whole = message_view(d.whole([{"index": 0, "finish_reason": finish, "stop_reason": None, "token_ids": ids}]))
+    for how in ("token", "all", 1, 2):
+        chunks, _ = d.stream(token_chunks(ids, how, finish=finish))
+        assert stream_view(chunks) == whole, how
+    for key, value in expected.items():
+        assert whole[key] == value, (key, whole)
+    for _, args in whole["tool_calls"]:
+        assert isinstance(args, dict)  # arguments always parse as a JSON object, even when cut off (15 c)
