@@ -24,7 +24,10 @@ Two rules make it exact where the length-based variants of peer systems are not
   U+FFFD per byte) see the same runs as a full decode.
 
 Concatenated output == ``decode(prompt_tail + ids)[len(decode(prompt_tail)):]`` which, with
-no prompt tail, is ``tokenizer.decode(ids, skip_special_tokens=…)``.
+no prompt tail, is ``tokenizer.decode(ids, skip_special_tokens=…)``. One known exception:
+under a ByteFallback decoder an *invalid* byte run becomes U+FFFD for every byte of the run
+(valid ones too), which an incremental decoder cannot know in advance; we emit such a run
+per character instead. Valid UTF-8 is exact.
 """
 
 from __future__ import annotations
