@@ -49,34 +49,13 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
     _check_tool_choice(config, tool_choice)
 
     template, kwargs = _template_and_kwargs(bundle, config, req)
-    messages = prepare_messages(req.messages, template)
-    tools, documents = req.tools, req.documents
-    if tools is not None and tool_choice == "none" and config.exclude_tools_when_tool_choice_none:
-        tools = None
-    sanitizer = bundle.sanitizer(template) if config.content_special_tokens == "text" else None
-    if sanitizer is not None:
-        messages, tools, documents, kwargs = (sanitizer.mark(x) for x in (messages, tools, documents, kwargs))
-    try:
-        text = template.render(
-            messages,
-            tools=tools,
-            documents=documents,
-            add_generation_prompt=req.add_generation_prompt,
-            continue_final_message=req.continue_final_message,
-            **{**bundle.special_tokens, **kwargs},
-        )
-    except TemplateRenderError as exc:
-        raise bad_request(f"Chat template error: {exc}", "messages") from None
-
-    if sanitizer is None:
-        token_ids = bundle.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
-        if req.add_special_tokens:
-            token_ids = _drop_doubled_bos(token_ids, bundle)
+    reused = _reused_prompt_ids(bundle, req)
+    if reused is not None:
+        # Decode leg of the coupled P/D path (wire brief §6.2): prefill already rendered.
+        token_ids = reused
+        text = bundle.tokenizer.decode(reused[-64:], skip_special_tokens=False)
     else:
-        try:
-            token_ids = sanitizer.encode(text)
-        except ValueError as exc:
-            raise bad_request(str(exc), "messages") from None
+        text, token_ids = _render_and_encode(bundle, config, req, template, kwargs, tool_choice)
     token_ids = _truncate(token_ids, req.truncate_prompt_tokens, bundle.max_model_len)
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
@@ -206,6 +185,55 @@ def prompt_starts_in_reasoning(reasoning_parser: str, prompt_text: str, kwargs: 
     return decide(reasoning_parser, prompt_text[-_PROMPT_TAIL_CHARS:], kwargs)
 
 
+def _render_and_encode(
+    bundle: ModelBundle, config: ServeConfig, req: ChatCompletionRequest, template, kwargs: dict, tool_choice
+) -> tuple[str, list[int]]:
+    """Apply the chat template and tokenize: ``(prompt_text, token_ids)``."""
+    messages = prepare_messages(req.messages, template)
+    tools, documents = req.tools, req.documents
+    if tools is not None and tool_choice == "none" and config.exclude_tools_when_tool_choice_none:
+        tools = None
+    sanitizer = bundle.sanitizer(template) if config.content_special_tokens == "text" else None
+    if sanitizer is not None:
+        messages, tools, documents, kwargs = (sanitizer.mark(x) for x in (messages, tools, documents, kwargs))
+    try:
+        text = template.render(
+            messages,
+            tools=tools,
+            documents=documents,
+            add_generation_prompt=req.add_generation_prompt,
+            continue_final_message=req.continue_final_message,
+            **{**bundle.special_tokens, **kwargs},
+        )
+    except TemplateRenderError as exc:
+        raise bad_request(f"Chat template error: {exc}", "messages") from None
+
+    if sanitizer is None:
+        token_ids = bundle.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
+        if req.add_special_tokens:
+            token_ids = _drop_doubled_bos(token_ids, bundle)
+    else:
+        try:
+            token_ids = sanitizer.encode(text)
+        except ValueError as exc:
+            raise bad_request(str(exc), "messages") from None
+    return text, token_ids
+
+
+def _reused_prompt_ids(bundle: ModelBundle, req: ChatCompletionRequest) -> list[int] | None:
+    """``kv_transfer_params.prompt_token_ids`` when present, validated (wire brief §6.2)."""
+    ids = (req.kv_transfer_params or {}).get("prompt_token_ids")
+    if ids is None:
+        return None
+    vocab = bundle.tokenizer.vocab_size
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and 0 <= i < vocab for i in ids):
+        raise bad_request(
+            f"kv_transfer_params.prompt_token_ids must be a non-empty list of token ids in [0, {vocab}).",
+            "kv_transfer_params.prompt_token_ids",
+        )
+    return list(ids)
+
+
 def _check_tool_choice(config: ServeConfig, tool_choice: str | dict) -> None:
     if tool_choice == "none" or tool_parser_active(config):
         return
@@ -289,6 +317,8 @@ def _generate_request(
 ) -> dict[str, Any]:
     extra = dict(sampling_params.get("extra_args") or {})
     kv = req.kv_transfer_params if req.kv_transfer_params is not None else extra.pop("kv_transfer_params", None)
+    if kv is not None and "prompt_token_ids" in kv:
+        kv = {k: v for k, v in kv.items() if k != "prompt_token_ids"}
     ec = req.ec_transfer_params if req.ec_transfer_params is not None else extra.pop("ec_transfer_params", None)
     return {
         "request_id": request_id,

@@ -176,3 +176,13 @@ def test_startup_errors_are_one_clear_line():
     ]:
         with pytest.raises(StartupError, match=words):
             build_app(cfg)
+
+
+def test_decode_leg_reuses_prompt_token_ids_from_kv_transfer_params(client):
+    first = client.post("/render", json={"messages": [{"role": "user", "content": "hi"}]}).json()
+    kv = {"do_remote_prefill": True, "prompt_token_ids": first["token_ids"][:5]}
+    again = client.post("/render", json={"messages": [{"role": "user", "content": "ignored"}], "kv_transfer_params": kv}).json()
+    assert again["token_ids"] == first["token_ids"][:5]
+    assert again["kv_transfer_params"] == {"do_remote_prefill": True}
+    bad = {"messages": [{"role": "user", "content": "x"}], "kv_transfer_params": {"prompt_token_ids": [-1]}}
+    _assert_error(client.post("/render", json=bad), 400, "kv_transfer_params.prompt_token_ids")
