@@ -64,7 +64,6 @@ class Delta:
     stop_reason: int | str | None = None
     logprobs: dict | None = None
     first: bool = False          # the choice's first delta (carries the role)
-    has_content: bool = False    # content was produced at any point (for ``content: null``)
 
     @property
     def empty(self) -> bool:
@@ -99,7 +98,6 @@ class ChoiceStream:
             self.parser = kit.create(self._spec()) if plan.has_parser and kit else None
             self.n_tokens, self.role_sent, self.done, self.calls = 0, False, False, 0
             self.ws, self.content_started, self.open_without_args = "", False, []
-            self.has_content = False
             self.lp = LogprobDecoder(tokenizer)
             self.text_offset = 0
             return
@@ -116,7 +114,6 @@ class ChoiceStream:
             self.calls = _int(state.get("c", 0))
             self.ws, self.content_started = str(state.get("w", "")), bool(state.get("cs"))
             self.open_without_args = [_int(i) for i in state.get("na", [])]
-            self.has_content = bool(state.get("hc"))
             self.lp = LogprobDecoder(tokenizer, [_int(i) for i in state.get("lc", [])])
             self.text_offset = _int(state.get("to", 0))
         except (KeyError, TypeError, AttributeError) as exc:
@@ -133,7 +130,7 @@ class ChoiceStream:
             st["sr"] = self.starts_in_reasoning
         for key, value, default in (("r", self.role_sent, False), ("x", self.done, False), ("c", self.calls, 0),
                                     ("w", self.ws, ""), ("cs", self.content_started, False),
-                                    ("na", self.open_without_args, []), ("hc", self.has_content, False),
+                                    ("na", self.open_without_args, []),
                                     ("lc", self.lp.context, []), ("to", self.text_offset, 0)):
             if value != default:
                 st[key] = value
@@ -187,7 +184,6 @@ class ChoiceStream:
                 finish = "tool_calls"
             delta.finish_reason, delta.stop_reason = finish, stop_reason
         self.role_sent = True
-        delta.has_content = self.has_content
         return delta
 
     def _drop_stop_token(self, ids: list[int], stop_reason: int | None) -> tuple[list[int], int | None]:
@@ -240,8 +236,6 @@ class ChoiceStream:
             content.append(self.ws)
             self.ws = ""
         delta.content = "".join(content)
-        if delta.content:
-            self.has_content = True
         delta.tool_calls = sorted(calls.values(), key=lambda c: c.index)
 
     def _spec(self) -> Any:
