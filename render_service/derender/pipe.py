@@ -59,7 +59,7 @@ class PipeSession:
     """
 
     def __init__(self, d: Derenderer, kind: str, header: PipeHeader) -> None:
-        d._check_prompt(header.prompt_token_ids, "prompt_token_ids")
+        d.check_prompt(header.prompt_token_ids, "prompt_token_ids")
         if kind == "chat":
             plan = chat_plan(d.bundle, d.config, header.chat_request, header.parse_context, header.sampling_params)
         else:
@@ -69,7 +69,7 @@ class PipeSession:
         req = header.chat_request if kind == "chat" else header.completion_request
         opts = header.stream_options or (req.stream_options if req is not None else None) or {}
         self.include_usage = bool(opts.get("include_usage"))
-        self.model = d._model(header.model)
+        self.model = d.model_name(header.model)
         self.header_prompt_tokens = header.prompt_tokens
         self.prompt_tokens = header.prompt_tokens if header.prompt_tokens is not None else len(prompt or [])
         self.finished = False

@@ -7,7 +7,8 @@
   chunk plus the previous ``stream_state`` in, ``{"chunk", "stream_state"}`` out. Work
   and state per call are proportional to the chunk and to what is unfinished, not to
   what was streamed before (vLLM replays everything, §3.3 / §8 item 1).
-* `pipe`: a `PipeSession` for the one-connection mode (see ``pipe.py``).
+* `StreamSession`: the choices of one stream; rebuilt from ``stream_state`` on each
+  stateless call, kept for the whole connection by the pipe (``pipe.py``).
 
 Errors are `OpenAIError` (400 for anything the caller sent wrong, including a bad
 ``stream_state``).
@@ -48,15 +49,21 @@ class Derenderer:
         self.codec = StateCodec(bundle.fingerprint, config.stream_state_secret)
 
     # -- checks ----------------------------------------------------------------------
-    def _model(self, model: str | None) -> str:
+    def model_name(self, model: str | None) -> str:
+        """The request's ``model`` or the first served name."""
         return model or self.bundle.served_model_names[0]
 
-    def _check_prompt(self, ids: list[int] | None, param: str) -> None:
+    def check_prompt(self, ids: list[int] | None, param: str) -> None:
+        """400 for prompt ids beyond ``max_model_len`` or outside the vocabulary."""
         if ids is not None and len(ids) > self.bundle.max_model_len:
             raise bad_request(f"`{param}` has {len(ids)} ids; the limit is max_model_len={self.bundle.max_model_len}.", param)
         check_ids(ids, self.tok.vocab_size, param)
 
-    def _check_response(self, gen: GenerateResponse, param: str, streaming: bool) -> None:
+    def check_response(self, gen: GenerateResponse, param: str, streaming: bool) -> None:
+        """400 unless the generate response/chunk is within bounds (wire brief §1.6): choice
+        count, distinct indexes, non-empty ids when not streaming, ids in the vocabulary,
+        ``max_model_len``, and at most ``--max-logprobs`` candidates per position (plus the
+        sampled token, which the engine lists first)."""
         if not streaming and not gen.choices:
             raise bad_request("The generate response has no choices.", f"{param}.choices")
         if len(gen.choices) > MAX_CHOICES:
@@ -91,9 +98,9 @@ class Derenderer:
     def chat(self, req: DerenderChatRequest) -> dict:
         """Non-streaming chat derender → ``ChatCompletionResponse`` dict."""
         gen = req.generate_response
-        self._check_response(gen, "generate_response", streaming=False)
+        self.check_response(gen, "generate_response", streaming=False)
         prompt = req.prompt_token_ids if req.prompt_token_ids is not None else gen.prompt_token_ids
-        self._check_prompt(prompt, "prompt_token_ids")
+        self.check_prompt(prompt, "prompt_token_ids")
         plan = chat_plan(self.bundle, self.config, req.chat_request, req.parse_context, req.sampling_params)
         choices = []
         for ch in gen.choices:
@@ -102,7 +109,7 @@ class Derenderer:
         completion = sum(len(ch.token_ids or []) for ch in gen.choices)
         return {
             "id": assemble.response_id(gen.request_id, "chat"), "object": "chat.completion",
-            "created": gen.created or int(time.time()), "model": self._model(req.model), "choices": choices,
+            "created": gen.created or int(time.time()), "model": self.model_name(req.model), "choices": choices,
             "service_tier": None, "system_fingerprint": None,
             "usage": assemble.usage(self._prompt_tokens(req.prompt_tokens, gen, prompt), completion),
             "prompt_logprobs": gen.prompt_logprobs,
@@ -121,9 +128,9 @@ class Derenderer:
         plan = completion_plan(self.bundle, req.completion_request, req.sampling_params)
         choices, prompt_total, completion_total = [], 0, 0
         for r, gen in enumerate(req.generate_responses):
-            self._check_response(gen, f"generate_responses.{r}", streaming=False)
+            self.check_response(gen, f"generate_responses.{r}", streaming=False)
             prompt = (req.prompt_token_ids[r] if req.prompt_token_ids else None) or gen.prompt_token_ids
-            self._check_prompt(prompt, f"prompt_token_ids.{r}")
+            self.check_prompt(prompt, f"prompt_token_ids.{r}")
             prompt_total += self._prompt_tokens(req.prompt_tokens[r] if req.prompt_tokens else None, gen, prompt)
             for ch in gen.choices:
                 delta = self._run_whole(plan, prompt, ch)
@@ -133,7 +140,7 @@ class Derenderer:
         kv = gens[0].kv_transfer_params if all(g.kv_transfer_params == gens[0].kv_transfer_params for g in gens) else None
         return {
             "id": assemble.response_id(gens[0].request_id, "completion"), "object": "text_completion",
-            "created": gens[0].created or int(time.time()), "model": self._model(req.model), "choices": choices,
+            "created": gens[0].created or int(time.time()), "model": self.model_name(req.model), "choices": choices,
             "service_tier": None, "system_fingerprint": None, "usage": assemble.usage(prompt_total, completion_total),
             "kv_transfer_params": kv, "metrics": gens[0].metrics if n == 1 else None,
         }
@@ -158,7 +165,7 @@ class Derenderer:
 
     def _stream(self, plan: Plan, req: Any) -> dict:
         gen: GenerateResponse = req.generate_chunk
-        self._check_prompt(req.prompt_token_ids, "prompt_token_ids")
+        self.check_prompt(req.prompt_token_ids, "prompt_token_ids")
         if req.stream_state is None:
             payload: dict = {"c": int(time.time()), "pl": len(req.prompt_token_ids or []), "ch": {}}
         else:
@@ -170,7 +177,7 @@ class Derenderer:
                 raise bad_request(f"Invalid stream_state: {exc}", "stream_state") from None
         session = StreamSession(self, plan, req.prompt_token_ids, payload)
         choices = session.step(gen, streaming_keep_empty=True)
-        chunk = session.chunk(gen, choices, self._model(req.model), req.prompt_tokens)
+        chunk = session.chunk(gen, choices, self.model_name(req.model), req.prompt_tokens)
         return {"chunk": chunk, "stream_state": self.codec.seal(session.payload())}
 
 
@@ -211,7 +218,7 @@ class StreamSession:
 
     def step(self, gen: GenerateResponse, streaming_keep_empty: bool) -> list[dict]:
         """Run the chunk's choices; returns OpenAI chunk choices (empty deltas kept or not)."""
-        self.d._check_response(gen, "generate_chunk", streaming=True)
+        self.d.check_response(gen, "generate_chunk", streaming=True)
         if gen.request_id:
             self.rid = gen.request_id
         limit = self.d.bundle.max_model_len
