@@ -342,3 +342,16 @@ def test_pipe_is_full_duplex(smol):
             received += chunk
     assert received.startswith(b"HTTP/1.1 200")
     assert b"data: [DONE]" in received
+
+
+def test_pipe_accepts_crlf_comments_and_one_byte_splits(smol):
+    tok = stok()
+    ids = tok.encode("Hello there") + [2]
+    events = [b"data: " + orjson.dumps({"choices": [gen_choice([i], "stop" if k == len(ids) - 1 else None)]}) + b"\r\n\r\n"
+              for k, i in enumerate(ids)]
+    body = orjson.dumps({"prompt_token_ids": tok.encode(USER)}) + b"\n: keep-alive comment\r\n\r\n" + b"".join(events) + b"data: [DONE]\r\n\r\n"
+    r = smol.post("/v1/chat/completions/derender/pipe", content=(body[i:i + 1] for i in range(len(body))))
+    out = parse_sse(r.content)
+    assert out[-1] == {"done": True}
+    assert stream_view(out[:-1]) == {"content": "Hello there", "reasoning": None, "tool_calls": [],
+                                     "finish_reason": "stop", "stop_reason": None}

@@ -81,19 +81,18 @@ class PipeSession:
         """Engine SSE bytes in (any split); OpenAI SSE bytes out (possibly empty)."""
         if self.finished:
             return b""
-        self._buf += data
+        *lines, self._buf = (self._buf + data).split(b"\n")
+        if len(self._buf) > MAX_EVENT_BYTES:
+            return self._fail(bad_request("An engine SSE line exceeds 16 MiB."))
         out: list[bytes] = []
-        while not self.finished:
-            nl = self._buf.find(b"\n")
-            if nl < 0:
-                if len(self._buf) > MAX_EVENT_BYTES:
-                    out.append(self._fail(bad_request("An engine SSE line exceeds 16 MiB.")))
-                break
-            line, self._buf = self._buf[:nl].rstrip(b"\r"), self._buf[nl + 1:]
+        for line in lines:
+            line = line.rstrip(b"\r")
             if not line:
                 if self._data:
                     payload, self._data = b"\n".join(self._data), []
                     out.append(self._dispatch(payload))
+                    if self.finished:
+                        break
             elif line.startswith(b"data:"):
                 value = line[5:]
                 self._data.append(value[1:] if value.startswith(b" ") else value)
