@@ -290,3 +290,15 @@ def test_other_families_stream_equals_whole(family_servers, name):
         assert whole[key] == value, (key, whole)
     for _, args in whole["tool_calls"]:
         assert isinstance(args, dict)  # arguments always parse as a JSON object, even when cut off (15 c)
+
+
+def test_min_tokens_protects_an_early_stop_string(smol):
+    """§3.2 step 4: a match must end after the text of the first ``min_tokens`` tokens."""
+    tok = bundle("smollm2-135m-instruct").tokenizer
+    ids = tok.encode("STOP one STOP two") + [2]
+    first = len(tok.encode("STOP one"))
+    assert ids[:first] == tok.encode("STOP one")
+    for min_tokens, content in ((0, None), (first, "STOP one ")):
+        extra = {"chat_request": {"stop": ["STOP"], "min_tokens": min_tokens}}
+        whole = _check_all_chunkings(smol, tok.encode(USER), ids, extra)
+        assert (whole["content"], whole["stop_reason"]) == (content, "STOP")
