@@ -64,6 +64,10 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--content-special-tokens", choices=("parse", "text"), default="parse",
                    help="parse: control-token text in messages becomes control tokens (HF parity); "
                         "text: it stays plain text (no turn forging)")
+    p.add_argument("--stream-state-secret", default=os.environ.get("RENDER_SERVICE_STATE_SECRET"),
+                   help="HMAC key sealing derender stream_state (share it across replicas behind one router; "
+                        "default: derived from the model, which catches corruption but not forgery; "
+                        "env RENDER_SERVICE_STATE_SECRET)")
     p.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024)
     p.add_argument("--max-logprobs", type=int, default=20)
     p.add_argument("--uvicorn-log-level", default="info")
@@ -93,6 +97,7 @@ def build_config(args: argparse.Namespace):
         content_special_tokens=args.content_special_tokens,
         max_body_bytes=args.max_body_bytes,
         max_logprobs=args.max_logprobs,
+        stream_state_secret=args.stream_state_secret,
     )
 
 
