@@ -11,7 +11,7 @@ import tokenizers
 from tokenizers import AddedToken, models, pre_tokenizers, trainers
 
 from conftest import MODELS, needs_shared
-from render_service.tokenizer import TextTokenizer
+from render_service.tokenizer import DEFAULT_SEGMENT_CACHE_BYTES, TextTokenizer
 from render_service.tokenizer.backends import FastokensBackend
 from render_service.tokenizer.corpus import fixed_samples, random_samples, special_samples
 
@@ -30,8 +30,9 @@ def _big_corpus(hf: tokenizers.Tokenizer) -> list[str]:
 def test_auto_picks_fast_backend_and_it_equals_hf(model, caplog):
     hf = tokenizers.Tokenizer.from_file(str(MODELS / model / "tokenizer.json"))
     with caplog.at_level(logging.INFO, logger="render_service.tokenizer"):
-        tt = TextTokenizer.from_hf(hf, backend="auto", name=model)
+        tt = TextTokenizer.from_hf(hf, backend="auto", name=model, segment_cache_bytes=DEFAULT_SEGMENT_CACHE_BYTES)
     assert tt.backend_name == "fastokens", tt.backend_note
+    assert tt.cache_stats()["enabled"] == 1
     assert [r.levelname for r in caplog.records] == ["INFO"]
     corpus = _big_corpus(hf)
     assert len(corpus) > 2500
@@ -42,6 +43,12 @@ def test_auto_picks_fast_backend_and_it_equals_hf(model, caplog):
     for s in corpus[:300]:
         assert tt.encode(s, add_special_tokens=True) == hf.encode(s, add_special_tokens=True).ids
     assert tt.decode(want[-1], skip_special_tokens=False) == hf.decode(want[-1], skip_special_tokens=False)
+
+
+def test_segment_cache_defaults_follow_the_backend():
+    hf = _metaspace_bpe()
+    assert TextTokenizer(hf).cache_stats()["enabled"] == 1  # HF: the cache pays
+    assert TextTokenizer(hf, segment_cache_bytes=0).cache_stats()["enabled"] == 0
 
 
 def test_gguf_built_tokenizer_gets_fast_backend():
@@ -55,6 +62,15 @@ def test_gguf_built_tokenizer_gets_fast_backend():
     assert tt.backend_name == "fastokens", tt.backend_note
     corpus = _big_corpus(data.tokenizer)[:3000]
     assert [tt.encode(s) for s in corpus] == [e.ids for e in data.tokenizer.encode_batch(corpus, add_special_tokens=False)]
+
+
+@needs_shared
+def test_fast_backend_runs_without_segment_cache_by_default():
+    hf = tokenizers.Tokenizer.from_file(str(MODELS / "smollm2-135m-instruct" / "tokenizer.json"))
+    tt = TextTokenizer.from_hf(hf, name="smol")
+    assert tt.backend_name == "fastokens" and tt.cache_stats()["enabled"] == 0
+    text = "<|im_start|>user\n12 apples 🍎<|im_end|>\n"
+    assert tt.encode(text) == hf.encode(text).ids and tt.cache_stats()["misses"] == 0
 
 
 def _metaspace_bpe() -> tokenizers.Tokenizer:

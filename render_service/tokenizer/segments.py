@@ -224,37 +224,40 @@ class SegmentCache:
 
         ``encode_batch`` gets the missing segments in one call (no post-processing).
         """
-        found: list[list[int] | None] = []
+        chunks: list = []  # id lists, literal ids (>= 0), or ~index of a missing segment (< 0)
         missing: list[str] = []
+        hits = hit_chars = miss_chars = 0
         with self._lock:
-            entries = self._entries
+            get, touch = self._entries.get, self._entries.move_to_end
             for p in parts:
                 if p.__class__ is int:
-                    found.append(None)
+                    chunks.append(p)
                     continue
-                ids = entries.get(p)
+                ids = get(p)
                 if ids is None:
+                    chunks.append(~len(missing))
                     missing.append(p)
-                    self.misses += 1
-                    self.miss_chars += len(p)
+                    miss_chars += len(p)
                 else:
-                    entries.move_to_end(p)
-                    self.hits += 1
-                    self.hit_chars += len(p)
-                found.append(ids)
+                    touch(p)
+                    chunks.append(ids)
+                    hits += 1
+                    hit_chars += len(p)
+            self.hits += hits
+            self.hit_chars += hit_chars
+            self.misses += len(missing)
+            self.miss_chars += miss_chars
         fresh = encode_batch(missing) if missing else []
         if fresh:
             self._store(missing, fresh)
         out: list[int] = []
-        k = 0
-        for p, ids in zip(parts, found):
-            if p.__class__ is int:
-                out.append(p)
-            elif ids is not None:
-                out += ids
+        for c in chunks:
+            if c.__class__ is list:
+                out += c
+            elif c >= 0:
+                out.append(c)
             else:
-                out += fresh[k]
-                k += 1
+                out += fresh[~c]
         return out
 
     def _store(self, texts: list[str], ids_list: list[list[int]]) -> None:
