@@ -27,6 +27,7 @@ __all__ = [
     "GgufTokenizerData",
     "GgufTokenizerError",
     "PRE_TOKENIZERS",
+    "build_tokenizer",
     "embedded_default_gguf",
     "load_gguf",
 ]
@@ -285,8 +286,8 @@ def _post_processor(fields: dict, tokens: list[str], add_bos: bool, add_eos: boo
             raise GgufTokenizerError(f"{source}: add_{key[:3]}_token is set but tokenizer.ggml.{key} is missing")
         single.append({"SpecialToken": {"id": tokens[i], "type_id": 0}})
         special[tokens[i]] = {"id": tokens[i], "ids": [int(i)], "tokens": [tokens[i]]}
-    seq = {"Sequence": {"id": "A", "type_id": 0}}
-    single.insert(1 if add_bos else 0, seq)
-    pair = single + [{"Sequence": {"id": "B", "type_id": 1}}]
+    single.insert(1 if add_bos else 0, {"Sequence": {"id": "A", "type_id": 0}})
+    second = [{"Sequence": {"id": "B", "type_id": 1}} if "Sequence" in p else p for p in single]
+    pair = single + second  # as HF's Llama converters: <bos> A <bos> B
     template = {"type": "TemplateProcessing", "single": single, "pair": pair, "special_tokens": special}
     return {"type": "Sequence", "processors": [byte_level, template]}

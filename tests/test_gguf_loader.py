@@ -16,7 +16,7 @@ from render_service.gguf_loader import (
     embedded_default_gguf,
     load_gguf,
 )
-from render_service.tokenizer.corpus import fixed_samples, random_samples, special_samples
+from render_service.tokenizer.corpus import large_corpus
 
 
 def _added(tok: tokenizers.Tokenizer) -> list[str]:
@@ -24,8 +24,7 @@ def _added(tok: tokenizers.Tokenizer) -> list[str]:
 
 
 def _corpus(tok: tokenizers.Tokenizer, n_random: int) -> list[str]:
-    added = _added(tok)
-    return fixed_samples() + special_samples(added) + random_samples(n_random, seed=7, added_tokens=added)
+    return large_corpus(_added(tok), n_random)
 
 
 def assert_same_tokenizer(ours: tokenizers.Tokenizer, ref: tokenizers.Tokenizer, corpus: list[str]) -> None:
@@ -130,6 +129,7 @@ def test_add_bos_token_matches_llama3_post_processor():
     assert (add_bos, add_eos) == (True, False)
     for text in ("This is a test sentence.", "", "<|eot_id|>x"):
         assert ours.encode(text, add_special_tokens=True).ids == ref.encode(text, add_special_tokens=True).ids
+    assert ours.encode("Hi", "there").ids == ref.encode("Hi", "there").ids  # pair template too
     assert ours.encode("This is a test sentence.", add_special_tokens=True).ids == [
         128000, 2028, 374, 264, 1296, 11914, 13]  # Meta's published test ids
 

@@ -13,7 +13,7 @@ from tokenizers import AddedToken, models, pre_tokenizers, trainers
 from conftest import MODELS, needs_shared
 from render_service.tokenizer import DEFAULT_SEGMENT_CACHE_BYTES, TextTokenizer
 from render_service.tokenizer.backends import FastokensBackend
-from render_service.tokenizer.corpus import fixed_samples, random_samples, special_samples
+from render_service.tokenizer.corpus import large_corpus
 
 pytest.importorskip("fastokens", reason="fast backend not installed (pip install 'render-service[fast]')")
 
@@ -22,7 +22,7 @@ MODEL_DIRS = sorted(p.name for p in MODELS.iterdir() if p.is_dir()) if MODELS.is
 
 def _big_corpus(hf: tokenizers.Tokenizer) -> list[str]:
     added = [t.content for _, t in sorted(hf.get_added_tokens_decoder().items())]
-    return fixed_samples() + special_samples(added) + random_samples(2500, seed=99, added_tokens=added, max_len=200)
+    return large_corpus(added, 2500, seed=99, max_len=200)
 
 
 @needs_shared

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 
-__all__ = ["fixed_samples", "special_samples", "random_samples", "chat_like_prompts", "selfcheck_corpus"]
+__all__ = ["fixed_samples", "special_samples", "random_samples", "chat_like_prompts", "selfcheck_corpus", "large_corpus"]
 
 _FIXED = (
     "",
@@ -154,3 +154,8 @@ def selfcheck_corpus(added_tokens: list[str], n_random: int = 200, seed: int = 0
     """Fixed + one string per added token + ``n_random`` random strings (load-time self-check)."""
     return (fixed_samples() + special_samples(added_tokens, compact=True)
             + random_samples(n_random, seed, added_tokens))
+
+
+def large_corpus(added_tokens: list[str], n_random: int, seed: int = 7, max_len: int = 60) -> list[str]:
+    """The large corpus the test suite runs: fixed + all per-token variants + ``n_random`` random."""
+    return fixed_samples() + special_samples(added_tokens) + random_samples(n_random, seed, added_tokens, max_len)

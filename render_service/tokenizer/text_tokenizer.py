@@ -31,8 +31,8 @@ class TextTokenizer:
         name: label for log lines (model name).
         segment_cache_bytes: budget of the segment cache (estimated resident bytes); 0 turns it
             off; None (default) = 64 MiB with the HF backend, off with `fastokens`, which
-            encodes a whole prompt faster than the Python-level cache can look it up
-            (bench/bench_tokenize.py: ~0.10 ms vs ~0.14 ms for a 9k-token prompt).
+            encodes a whole prompt faster than the Python-level cache can split and look it
+            up (bench/bench_tokenize.py, 9k-token prompt: ~0.1 ms whole vs ~0.15-0.3 ms cached).
 
     Raises:
         ValueError: unknown ``backend``; or ``backend="fast"`` and the fast backend is
@@ -55,7 +55,7 @@ class TextTokenizer:
             segment_cache_bytes = DEFAULT_SEGMENT_CACHE_BYTES if self._backend is self._reference else 0
         self._cache = SegmentCache(segment_cache_bytes)
         self._splitter: SegmentSplitter | None = None
-        self.cache_note = "off: budget 0"
+        self.cache_note = "off: budget 0" if self._backend is self._reference else "off: opt-in with fastokens"
         if segment_cache_bytes > 0:
             self._splitter, self.cache_note = self._check_splitter()
 
