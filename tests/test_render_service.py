@@ -96,7 +96,8 @@ def test_tokenize_detokenize_models_health_version(client, smol):
     models = client.get("/v1/models").json()
     assert models["data"][0]["id"] == "smol" and models["data"][0]["max_model_len"] == 256
     assert client.get("/health").status_code == 200 and client.get("/version").json()["version"]
-    assert "process_cpu_seconds_total" in client.get("/metrics").text
+    metrics = client.get("/metrics").text
+    assert "process_cpu_seconds_total" in metrics and "render_tokenizer_segment_cache_hits_total" in metrics
 
 
 BAD_REQUESTS = [

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import prometheus_client
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import BaseModel, ConfigDict, NonNegativeInt
 from starlette.requests import Request
 from starlette.responses import Response
@@ -35,9 +36,29 @@ class _Detokenize(BaseModel):
     tokens: list[NonNegativeInt]
 
 
+class _TokenizerCacheCollector:
+    """Segment-cache counters of the served tokenizer (issue 6), scraped on demand."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def collect(self):
+        stats_of = getattr(self.tokenizer, "cache_stats", None)
+        stats = stats_of() if stats_of else {}
+        for name in ("hits", "misses", "evictions"):
+            counter = CounterMetricFamily(f"render_tokenizer_segment_cache_{name}", f"segment cache {name}")
+            counter.add_metric([], stats.get(name, 0))
+            yield counter
+        gauge = GaugeMetricFamily("render_tokenizer_segment_cache_bytes", "bytes held by the segment cache")
+        gauge.add_metric([], stats.get("bytes", 0))
+        yield gauge
+
+
 def routes(ctx: AppContext) -> list[Route]:
     """Info, tokenize and metrics routes bound to ``ctx``."""
     bundle = ctx.bundle
+    registry = prometheus_client.CollectorRegistry()
+    registry.register(_TokenizerCacheCollector(bundle.tokenizer))
 
     async def models(request: Request) -> JSONResponse:
         data = [
@@ -91,7 +112,8 @@ def routes(ctx: AppContext) -> list[Route]:
         return JSONResponse({"prompt": await ctx.run_cpu(bundle.tokenizer.decode, req.tokens, True)})
 
     async def metrics(request: Request) -> Response:
-        return Response(prometheus_client.generate_latest(), media_type=prometheus_client.CONTENT_TYPE_LATEST)
+        text = prometheus_client.generate_latest() + prometheus_client.generate_latest(registry)
+        return Response(text, media_type=prometheus_client.CONTENT_TYPE_LATEST)
 
     return [
         Route("/v1/models", models, methods=["GET"]),
