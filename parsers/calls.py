@@ -1,0 +1,72 @@
+"""Per-output tool-call bookkeeping shared by every call mechanism.
+
+``Calls`` numbers the calls, knows whether one is open, checks names against the
+request's tools and writes the ``ToolCall*`` events. Mechanisms never build call events
+themselves, so "Start, Arguments…, End, index counts from 0" holds for every family.
+
+``boundary`` is raised whenever a call starts or ends; mechanisms return to their caller
+at that point so the caller can tell which raw text belonged to a call (everything up to
+a boundary) and which may still have to be given back as content.
+"""
+
+from __future__ import annotations
+
+from .events import Event, ToolCallArguments, ToolCallEnd, ToolCallStart
+from .schema import param_types
+
+
+class Calls:
+    """Tool-call counter + event writer. ``out`` is the event list of the current feed."""
+
+    __slots__ = ("tools", "names", "index", "open", "name", "boundary", "out", "_types")
+
+    def __init__(self, tools: list[dict] | None, names: list[str] | None) -> None:
+        self.tools = tools
+        self.names = None if names is None else frozenset(names)
+        self.index = 0          # index of the next call to start
+        self.open = False       # a call has started and not ended
+        self.name = ""          # name of the open call
+        self.boundary = False
+        self.out: list[Event] = []
+        self._types: dict[str, dict[str, list[str]]] = {}
+
+    def valid(self, name: str) -> bool:
+        """A usable function name: non-empty, one line, and one of the tools if any were given."""
+        if not name or "\n" in name or len(name) > 256:
+            return False
+        return self.names is None or name in self.names
+
+    def types(self, name: str) -> dict[str, list[str]]:
+        """Schema types of tool ``name``'s parameters (cached per output)."""
+        if name not in self._types:
+            self._types[name] = param_types(self.tools, name)
+        return self._types[name]
+
+    def start(self, name: str, id: str | None = None) -> None:
+        assert not self.open
+        self.out.append(ToolCallStart(self.index, name, id))
+        self.open = True
+        self.name = name
+        self.boundary = True
+
+    def args(self, text: str) -> None:
+        if text:
+            self.out.append(ToolCallArguments(self.index, text))
+
+    def end(self) -> None:
+        assert self.open
+        self.out.append(ToolCallEnd(self.index))
+        self.index += 1
+        self.open = False
+        self.boundary = True
+
+    def export(self) -> list:
+        return [self.index, self.open, self.name]
+
+    def load(self, data: list) -> None:
+        self.index, self.open, self.name = data
+
+
+MORE, DONE, ERROR = "more", "done", "error"
+
+__all__ = ["Calls", "MORE", "DONE", "ERROR"]

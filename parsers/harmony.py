@@ -1,0 +1,170 @@
+"""Harmony (gpt-oss): channels carry reasoning, answer and tool calls.
+
+Format (OpenAI Harmony, as in the gpt-oss chat template and the vLLM brief §5.3 #8)::
+
+    <|channel|>analysis<|message|>Need weather.<|end|>
+    <|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}<|call|>
+    <|start|>assistant<|channel|>final<|message|>It is sunny.<|return|>
+
+Theory of operation. Three states: OUT (between messages; stray text is content), HEAD
+(collecting a message header up to ``<|message|>``) and MSG (a message body up to
+``<|end|>``/``<|call|>``/``<|return|>``). The header decides where the body goes:
+
+* a recipient ``to=functions.NAME`` — or a bare ``to=NAME`` that is not a built-in tool —
+  on ANY channel is a tool call (case 20: gpt-oss sometimes calls from ``analysis``);
+  its body is streamed as the arguments JSON, verbatim (case 21: non-ASCII stays literal);
+  ``<|constrain|>json`` and content types such as ``code`` are hints, not part of the name;
+* otherwise ``analysis`` → reasoning; ``final``/``commentary`` → content. Several messages
+  on one field are joined with ``\\n``.
+
+With tool extraction off (``tool_choice: none`` or no tool parser) or an unknown function
+name, a call's body is content. A cut-off call is closed with minimal closers.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .calls import Calls
+from .events import Content, Reasoning
+from .jsonstream import JsonValue
+from .scanner import find_marker
+
+OUT, HEAD, MSG = "out", "head", "msg"
+START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
+ENDS = ("<|end|>", "<|call|>", "<|return|>")
+_RECIPIENT = re.compile(r"\bto=([^\s<]+)")
+_CHANNEL = re.compile(r"<\|channel\|>\s*([A-Za-z_]+)")
+_BUILTIN = ("python", "browser.", "container.")
+_MAX_HEADER = 1024
+
+
+def read_header(header: str) -> tuple[str, str | None]:
+    """Header text -> ``(channel, function name or None)``."""
+    ch = _CHANNEL.search(header)
+    channel = ch.group(1) if ch else ""
+    rc = _RECIPIENT.search(header)
+    if not rc:
+        return channel, None
+    to = rc.group(1)
+    if to.startswith("functions."):
+        return channel, to[len("functions."):] or None
+    if to == "assistant" or to.startswith(_BUILTIN):
+        return channel, None
+    return channel, to
+
+
+class HarmonyStage:
+    """Turns Harmony output into reasoning, content and tool-call events."""
+
+    __slots__ = ("calls", "extract", "st", "buf", "header", "route", "sub", "emitted", "seen")
+
+    def __init__(self, calls: Calls, extract_tools: bool) -> None:
+        self.calls = calls
+        self.extract = extract_tools
+        self.st = OUT
+        self.buf = ""          # held partial marker
+        self.header = ""
+        self.route = "c"       # body goes to: r reasoning, c content, t tool call
+        self.sub: JsonValue | None = None
+        self.emitted = False   # some argument text was written for the open call
+        self.seen = ""         # fields that already have a message ("r", "c")
+
+    def export(self) -> dict:
+        return {"st": self.st, "buf": self.buf, "header": self.header, "route": self.route,
+                "sub": self.sub.export() if self.sub else None, "emitted": self.emitted,
+                "seen": self.seen}
+
+    def load(self, data: dict) -> None:
+        self.st, self.buf, self.header = data["st"], data["buf"], data["header"]
+        self.route, self.emitted, self.seen = data["route"], data["emitted"], data["seen"]
+        self.sub = JsonValue.load(data["sub"]) if data["sub"] else None
+
+    def feed(self, text: str) -> None:
+        self._run(self.buf + text, final=False)
+
+    def finish(self) -> None:
+        self._run(self.buf, final=True)
+        if self.st == MSG:
+            self._end_message()
+
+    def _run(self, buf: str, final: bool) -> None:
+        pos = 0
+        while True:
+            st = self.st
+            markers = (START, CHANNEL) if st == OUT else (MESSAGE, START) if st == HEAD else \
+                ENDS + (START, CHANNEL)
+            i, m = find_marker(buf[pos:], markers, final)
+            piece = buf[pos:pos + i]
+            if st == OUT:
+                if piece.strip():
+                    self._text("c", piece)
+            elif st == HEAD:
+                self.header += piece
+                if len(self.header) > _MAX_HEADER:  # not a header after all
+                    self.st, header, self.header = OUT, self.header, ""
+                    self._text("c", header)
+            else:
+                self._body(piece)
+            if m is None:
+                pos += i
+                break
+            pos += i + len(m)
+            if st == MSG:
+                self._end_message()
+            if m == MESSAGE:
+                self._begin_message()
+            elif m in (START, CHANNEL):
+                self.st, self.header = HEAD, (m if m == CHANNEL else "")
+            else:
+                self.st = OUT
+        self.buf = buf[pos:]
+
+    def _begin_message(self) -> None:
+        channel, name = read_header(self.header)
+        self.header = ""
+        self.st = MSG
+        if name is not None and self.extract and self.calls.valid(name):
+            self.route = "t"
+            self.calls.start(name)
+            self.sub, self.emitted = JsonValue(require="{"), False
+            return
+        self.route = "r" if channel == "analysis" and name is None else "c"
+        if self.route in self.seen:
+            self._text(self.route, "\n")
+        self.seen += self.route
+
+    def _body(self, s: str) -> None:
+        if not s:
+            return
+        if self.route != "t":
+            self._text(self.route, s)
+            return
+        sub = self.sub
+        if sub.done or sub.error:
+            if s.strip():
+                self._text("c", s)
+            return
+        pos, rel = sub.feed(s)
+        if rel:
+            self.emitted = True
+            self.calls.args(rel)
+        if s[pos:].strip():  # text after the arguments object (or where it broke)
+            self._text("c", s[pos:])
+
+    def _end_message(self) -> None:
+        if self.route == "t" and self.calls.open:
+            sub = self.sub
+            rel = sub.end_of_input()
+            if rel:
+                self.emitted = True
+            self.calls.args(rel)
+            self.calls.args(sub.repair() if self.emitted else "{}")
+            self.calls.end()
+        self.sub, self.route, self.st = None, "c", OUT
+
+    def _text(self, route: str, s: str) -> None:
+        self.calls.out.append(Reasoning(s) if route == "r" else Content(s))
+
+
+__all__ = ["HarmonyStage", "read_header"]

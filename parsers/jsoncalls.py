@@ -1,0 +1,389 @@
+"""JSON call mechanisms: an arguments object, a ``{"name", "arguments"}`` envelope, lists
+and ``;``-sequences of envelopes.
+
+All of them sit on :class:`parsers.jsonstream.JsonValue`, so the arguments text a client
+receives is exactly what the model wrote (string-escape aware: a ``</tool_call>`` inside a
+JSON string is just text, case 12), released only at safe points (case 10), and closed
+with closers only when the output stops early.
+
+Body protocol (shared with the XML and Python mechanisms): ``feed(text, pos, final,
+calls) -> pos`` consumes from ``text[pos:]`` and returns early at every call boundary;
+``status`` is ``more``/``done``/``error``; ``finish(calls)`` ends the input;
+``export()``/``load()`` give plain data.
+
+Policy for envelopes (hermes, llama3_json, JSON lists):
+
+* the call opens (``ToolCallStart``) once the ``name`` string is complete and, when
+  tools were given, is one of them; an unknown name makes the whole block content;
+* ``strict`` (llama3_json) also waits for the ``parameters``/``arguments`` key, so prose
+  such as ``{"name": "Alice"}`` never becomes a call (case 18);
+* arguments written before the name are held and released after the start (case 14);
+* an arguments object is streamed raw; a missing, ``null`` or ``""`` arguments value is
+  ``"{}"`` (case 11); a JSON string holding an object is unwrapped; any other value is
+  kept as its JSON text;
+* keys other than name/arguments are validated and ignored.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .calls import DONE, ERROR, MORE, Calls
+from .jsonstream import JsonValue
+
+_WS = " \t\n\r"
+
+
+def _normalise_raw_args(raw: str) -> str:
+    """Arguments given as a non-object JSON value -> arguments JSON text."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return "{}"
+    if isinstance(value, str):
+        inner = value.strip()
+        if not inner:
+            return "{}"
+        try:
+            if isinstance(json.loads(inner), dict):
+                return inner
+        except ValueError:
+            pass
+    if value is None:
+        return "{}"
+    return json.dumps(value, ensure_ascii=False)
+
+
+class JsonArgs:
+    """A bare arguments object whose call was already started by the caller (header formats)."""
+
+    kind = "args"
+    __slots__ = ("sub", "status", "emitted")
+
+    def __init__(self, fmt=None) -> None:
+        self.sub = JsonValue(require="{")
+        self.status = MORE
+        self.emitted = False
+
+    def feed(self, text: str, pos: int, final: bool, calls: Calls) -> int:
+        pos, rel = self.sub.feed(text, pos)
+        if rel:
+            self.emitted = True
+            calls.args(rel)
+        if self.sub.done:
+            calls.end()
+            self.status = DONE
+        elif self.sub.error:
+            self._close(calls)
+            self.status = ERROR
+        return pos
+
+    def finish(self, calls: Calls) -> None:
+        rel = self.sub.end_of_input()
+        if rel:
+            self.emitted = True
+        calls.args(rel)
+        self._close(calls)
+        self.status = DONE
+
+    def _close(self, calls: Calls) -> None:
+        calls.args(self.sub.repair() if self.emitted else "{}")
+        calls.end()
+
+    def export(self) -> list:
+        return [self.sub.export(), self.status, self.emitted]
+
+    @classmethod
+    def load(cls, data: list, fmt=None) -> "JsonArgs":
+        obj = cls()
+        obj.sub = JsonValue.load(data[0])
+        obj.status, obj.emitted = data[1], data[2]
+        return obj
+
+
+class JsonCall:
+    """One ``{"name": …, "arguments": {…}}`` object (see module docstring for the policy)."""
+
+    kind = "envelope"
+    __slots__ = ("strict", "st", "sub", "slot", "cur", "name", "args", "pend", "raw", "started",
+                 "status")
+
+    NAME_KEYS = ("name",)
+    ARG_KEYS = ("arguments", "parameters")
+
+    def __init__(self, fmt=None) -> None:
+        self.strict = bool(fmt and fmt.strict)
+        self.st = "{"          # '{' open brace, 'k' first key, 'K' key, ':' colon, 'v' value, ',' after value
+        self.sub: JsonValue | None = None
+        self.slot = ""         # what the sub-scanner reads: key | name | args | raw | skip
+        self.cur = ""          # captured text of key / name / non-object arguments
+        self.name: str | None = None
+        self.args = ""         # '' not seen | 'obj' streamed object | 'raw' captured value
+        self.pend = ""         # arguments released before the call could start
+        self.raw = ""          # normalised non-object arguments value
+        self.started = False
+        self.status = MORE
+
+    # -- plain data -------------------------------------------------------------------
+    def export(self) -> list:
+        return [self.strict, self.st, self.sub.export() if self.sub else None, self.slot,
+                self.cur, self.name, self.args, self.pend, self.raw, self.started, self.status]
+
+    @classmethod
+    def load(cls, data: list, fmt=None) -> "JsonCall":
+        obj = cls()
+        (obj.strict, obj.st, sub, obj.slot, obj.cur, obj.name, obj.args, obj.pend, obj.raw,
+         obj.started, obj.status) = data
+        obj.sub = JsonValue.load(sub) if sub else None
+        return obj
+
+    # -- scanning ---------------------------------------------------------------------
+    def feed(self, text: str, pos: int, final: bool, calls: Calls) -> int:
+        n = len(text)
+        while pos < n and self.status == MORE and not calls.boundary:
+            if self.sub is not None:
+                pos = self._feed_sub(text, pos, calls)
+                continue
+            c = text[pos]
+            if c in _WS:
+                pos += 1
+                continue
+            st = self.st
+            if st == "{" and c == "{":
+                self.st = "k"
+            elif st in "kK" and c == '"':
+                self.sub, self.slot, self.cur = JsonValue(), "key", ""
+                continue  # the sub-scanner reads the quote
+            elif (st == "k" or st == ",") and c == "}":
+                pos += 1
+                self._close(calls)
+                break
+            elif st == ":" and c == ":":
+                self.st = "v"
+            elif st == ",":
+                if c != ",":
+                    return self._fail(pos, calls)
+                self.st = "K"
+            elif st == "v":
+                self._open_value(c, calls)
+                continue
+            else:
+                return self._fail(pos, calls)
+            pos += 1
+        return pos
+
+    def _open_value(self, c: str, calls: Calls) -> None:
+        key = self.cur
+        self.sub, self.cur = JsonValue(), ""
+        if key in self.NAME_KEYS and self.name is None:
+            self.slot = "name"
+        elif key in self.ARG_KEYS and not self.args:
+            self.args = self.slot = "obj" if c == "{" else "raw"
+            self._maybe_start(calls)
+        else:
+            self.slot = "skip"
+
+    def _feed_sub(self, text: str, pos: int, calls: Calls) -> int:
+        sub = self.sub
+        pos, rel = sub.feed(text, pos)
+        if self.slot == "obj":
+            if self.started:
+                calls.args(rel)
+            else:
+                self.pend += rel
+        elif self.slot != "skip":
+            self.cur += rel
+        if sub.error:
+            return self._fail(pos, calls)
+        if sub.done:
+            self._value_done(calls)
+        return pos
+
+    def _value_done(self, calls: Calls) -> None:
+        slot, self.sub = self.slot, None
+        if slot == "key":
+            self.cur = json.loads(self.cur)
+            self.st = ":"
+            return
+        self.st = ","
+        if slot == "name":
+            value = json.loads(self.cur)
+            self.cur = ""
+            if not isinstance(value, str):
+                self.status = ERROR
+                return
+            self.name = value
+            self._maybe_start(calls)
+        elif slot == "raw":
+            self.raw = _normalise_raw_args(self.cur)
+        self.cur = ""
+
+    def _maybe_start(self, calls: Calls) -> None:
+        if self.started or self.name is None or (self.strict and not self.args):
+            return
+        if not calls.valid(self.name):
+            self.status = ERROR
+            return
+        calls.start(self.name)
+        self.started = True
+        calls.args(self.pend)
+        self.pend = ""
+
+    def _close_args(self, calls: Calls) -> None:
+        sub = self.sub
+        if self.args == "obj":
+            if sub is not None and self.slot == "obj":  # still inside the object
+                calls.args(sub.end_of_input())
+                calls.args(sub.repair())
+        elif self.args == "raw":
+            done = sub is None or self.slot != "raw"
+            calls.args(self.raw if done else "{}")
+        else:
+            calls.args("{}")
+        self.sub = None
+        calls.end()
+
+    def _close(self, calls: Calls) -> None:
+        self._maybe_start(calls)
+        if not self.started:
+            self.status = ERROR
+            return
+        self._close_args(calls)
+        self.status = DONE
+
+    def _fail(self, pos: int, calls: Calls) -> int:
+        if self.started:
+            self._close_args(calls)
+        self.status = ERROR
+        return pos
+
+    def finish(self, calls: Calls) -> None:
+        if self.sub is not None and self.slot == "name":
+            self.sub.end_of_input()
+        if self.started:
+            self._close_args(calls)
+            self.status = DONE
+        else:
+            self.status = ERROR
+
+
+class JsonList:
+    """``[envelope, envelope, …]`` (mistral pre-v11, granite, xlam, ``tool_choice: required``)."""
+
+    kind = "list"
+    __slots__ = ("fmt", "st", "env", "status")
+
+    def __init__(self, fmt=None) -> None:
+        self.fmt = fmt
+        self.st = "["          # '[' open, 'e' first element or ']', 'E' element, ',' after element
+        self.env: JsonCall | None = None
+        self.status = MORE
+
+    def export(self) -> list:
+        return [self.st, self.env.export() if self.env else None, self.status]
+
+    @classmethod
+    def load(cls, data: list, fmt=None) -> "JsonList":
+        obj = cls(fmt)
+        obj.st, env, obj.status = data
+        obj.env = JsonCall.load(env) if env else None
+        return obj
+
+    def feed(self, text: str, pos: int, final: bool, calls: Calls) -> int:
+        n = len(text)
+        while pos < n and self.status == MORE and not calls.boundary:
+            if self.env is not None:
+                pos = self.env.feed(text, pos, final, calls)
+                if self.env.status == DONE:
+                    self.env, self.st = None, ","
+                elif self.env.status == ERROR:
+                    self.status = ERROR
+                continue
+            c = text[pos]
+            st = self.st
+            if c in _WS:
+                pass
+            elif st == "[" and c == "[":
+                self.st = "e"
+            elif st in "eE" and c == "{":
+                self.env = JsonCall(self.fmt)
+                continue
+            elif (st == "e" or st == ",") and c == "]":
+                self.status = DONE
+            elif st == "," and c == ",":
+                self.st = "E"
+            else:
+                self.status = ERROR
+                break
+            pos += 1
+        return pos
+
+    def finish(self, calls: Calls) -> None:
+        if self.env is not None:
+            self.env.finish(calls)
+            self.status = self.env.status
+        else:
+            self.status = DONE if self.st != "[" else ERROR
+
+
+class JsonSequence:
+    """Envelopes separated by ``;`` (llama3_json: ``{…}; {…}``). Ends at the first non-``;``."""
+
+    kind = "sequence"
+    __slots__ = ("fmt", "st", "env", "status")
+
+    def __init__(self, fmt=None) -> None:
+        self.fmt = fmt
+        self.st = "o"          # 'o' an envelope must come, ';' after an envelope
+        self.env: JsonCall | None = None
+        self.status = MORE
+
+    export = JsonList.export
+
+    @classmethod
+    def load(cls, data: list, fmt=None) -> "JsonSequence":
+        obj = cls(fmt)
+        obj.st, env, obj.status = data
+        obj.env = JsonCall.load(env) if env else None
+        return obj
+
+    def feed(self, text: str, pos: int, final: bool, calls: Calls) -> int:
+        n = len(text)
+        while pos < n and self.status == MORE and not calls.boundary:
+            if self.env is not None:
+                pos = self.env.feed(text, pos, final, calls)
+                if self.env.status == DONE:
+                    self.env, self.st = None, ";"
+                elif self.env.status == ERROR:
+                    self.status = ERROR
+                continue
+            j = pos
+            while j < n and text[j] in _WS:
+                j += 1
+            if j == n:  # undecided: leave the whitespace unconsumed
+                if self.st == "o":
+                    pos = j
+                elif final:
+                    self.status = DONE
+                break
+            if self.st == ";":
+                if text[j] != ";":
+                    self.status = DONE
+                    break
+                pos, self.st = j + 1, "o"
+            elif text[j] == "{":
+                pos, self.env = j, JsonCall(self.fmt)
+            else:
+                self.status = ERROR
+                break
+        return pos
+
+    def finish(self, calls: Calls) -> None:
+        if self.env is not None:
+            self.env.finish(calls)
+            self.status = self.env.status
+        else:
+            self.status = DONE if self.st == ";" else ERROR
+
+
+__all__ = ["JsonArgs", "JsonCall", "JsonList", "JsonSequence"]

@@ -1,0 +1,220 @@
+"""Reasoning formats as data, and the one machine that splits reasoning from content.
+
+Theory of operation. Four states::
+
+    PRE  --start tag-->  IN  --end tag / tool start-->  DONE
+    OPEN --start tag (absorbed) / first real text--> IN
+    OPEN --end tag / tool start--> DONE
+
+* ``PRE`` (the prompt did not open reasoning): text is content; an opening tag starts
+  reasoning (case 27: ``Sure.<think>checking</think>Done.`` → content ``Sure.Done.``).
+  A tool-call start marker closes the door (a ``<think>`` inside tool arguments is text).
+* ``OPEN`` (the prompt left reasoning open, or the family starts there): text is
+  reasoning; one opening tag before any real text is absorbed (Qwen3 writes ``<think>``
+  itself when the template did not).
+* ``IN``: reasoning until the FIRST end tag (case 29: later literal tags are content), or
+  a tool-call start marker where the family says so (§5.4) — that marker is content,
+  handed to the tool stage.
+* ``DONE``: everything is content, no scanning.
+
+Markers are found with :mod:`parsers.scanner`, so a tag split across feeds (case 26) is
+held, never leaked. Rows follow the vLLM 0.33 brief §5.4.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .scanner import find_marker
+
+PRE, OPEN, IN, DONE = "pre", "open", "in", "done"
+
+THINK = ("<think>",), ("</think>",)
+
+# Where a rendered prompt's last turn begins (the prompt scan stops there).
+TURN_MARKERS = ("<|im_start|>", "<|im_end|>", "<｜User｜>", "<｜Assistant｜>", "<|user|>",
+                "<|assistant|>", "<|system|>", "<|observation|>", "<|im_assistant|>",
+                "<|im_user|>", "<|im_middle|>", "[INST]", "[/INST]", "<|start_of_role|>",
+                "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>", "]~b]", "[e~[")
+
+
+@dataclass(frozen=True)
+class ReasoningFormat:
+    """One reasoning family.
+
+    * ``start``/``end``: opening / closing markers.
+    * ``default_on``: starts in reasoning when the prompt shows no think block.
+    * ``off_kwargs``: template kwargs that turn thinking off when set to false.
+    * ``on_kwargs``: if non-empty, reasoning is parsed only when one of these kwargs is true
+      (deepseek_v3: ``thinking``); otherwise the output is all content.
+    * ``tool_ends``: a tool-call start marker of the configured tool parser ends reasoning.
+    * ``trim_trailing``: trailing whitespace of the reasoning is dropped (kimi_k2).
+    * ``content_prefix``: no split at all, content starts with this text
+      (minimax_m2_append_think).
+    """
+
+    name: str
+    start: tuple[str, ...] = THINK[0]
+    end: tuple[str, ...] = THINK[1]
+    default_on: bool = True
+    off_kwargs: tuple[str, ...] = ("enable_thinking", "thinking")
+    on_kwargs: tuple[str, ...] = ()
+    on_by_default: bool = False
+    tool_ends: bool = False
+    trim_trailing: bool = False
+    content_prefix: str | None = None
+    families: str = ""
+
+    def active(self, kwargs: dict) -> bool:
+        """Whether reasoning is parsed at all under these template kwargs."""
+        if self.content_prefix is not None:
+            return False
+        if self.on_kwargs:
+            vals = [kwargs.get(k) for k in self.on_kwargs if kwargs.get(k) is not None]
+            return bool(vals[0]) if vals else self.on_by_default
+        return True
+
+    def thinking(self, kwargs: dict) -> bool:
+        """Default start state when the prompt gives no signal."""
+        if not self.default_on:
+            return False
+        return not any(kwargs.get(k) is False for k in self.off_kwargs)
+
+
+FORMATS: dict[str, ReasoningFormat] = {f.name: f for f in (
+    ReasoningFormat("qwen3", tool_ends=True, families="Qwen3, Qwen3-2507 thinking, QwQ"),
+    ReasoningFormat("deepseek_r1", off_kwargs=(), families="DeepSeek R1 and distills"),
+    ReasoningFormat("deepseek_v3", on_kwargs=("thinking", "enable_thinking"),
+                    families="DeepSeek V3.1 / V3.2 (thinking flag)"),
+    ReasoningFormat("holo2", on_kwargs=("thinking", "enable_thinking"), on_by_default=True,
+                    families="Holo2 (deepseek_v3, thinking on by default)"),
+    ReasoningFormat("glm45", tool_ends=True, families="GLM-4.5 / 4.6 / 4.7"),
+    ReasoningFormat("kimi_k2", tool_ends=True, trim_trailing=True, families="Kimi K2 thinking"),
+    ReasoningFormat("minimax_m2", off_kwargs=(), tool_ends=True, families="MiniMax-M2"),
+    ReasoningFormat("minimax_m2_append_think", content_prefix="<think>",
+                    families="MiniMax-M2 (reasoning kept inline)"),
+    ReasoningFormat("mistral", start=("[THINK]",), end=("[/THINK]",), default_on=False,
+                    tool_ends=True, families="Magistral (tokenizer v13+)"),
+    ReasoningFormat("granite", start=("Here is my thought process:", "Here's my thought process:"),
+                    end=("Here is my response:", "Here's my response:"), default_on=False,
+                    families="Granite 3.2 / 3.3 (thinking=True)"),
+    ReasoningFormat("seed_oss", start=("<seed:think>",), end=("</seed:think>",), tool_ends=True,
+                    families="Seed-OSS"),
+)}
+
+# Harmony (gpt-oss) reasoning lives in the channels; handled by parsers.harmony.
+HARMONY_REASONING_NAMES = ("openai_gptoss",)
+
+ALIASES = {"glm47": "glm45", "step5": "deepseek_r1"}
+
+
+def starts_open(fmt: ReasoningFormat, prompt_text: str, kwargs: dict) -> bool:
+    """Does the rendered prompt leave the model inside reasoning? (cases 23 and 25)
+
+    Looks only at the prompt's last turn: an opening tag with no closing tag after it ⇒
+    True; a closing tag after the last opening tag (the template wrote a closed, maybe
+    empty, think block) ⇒ False; neither ⇒ the family default under ``kwargs``.
+    """
+    if not fmt.active(kwargs):
+        return False
+    turn = max((prompt_text.rfind(m) + len(m) for m in TURN_MARKERS if m in prompt_text), default=0)
+    tail = prompt_text[turn:]
+    last_start = max((tail.rfind(m) for m in fmt.start), default=-1)
+    last_end = max((tail.rfind(m) for m in fmt.end), default=-1)
+    if last_start > last_end:
+        return True
+    if last_end >= 0:
+        return False
+    return fmt.thinking(kwargs)
+
+
+class ReasoningStage:
+    """Splits text into ``(is_reasoning, text)`` pieces; see the module docstring."""
+
+    __slots__ = ("fmt", "tool_markers", "st", "buf", "ws", "prefix")
+
+    def __init__(self, fmt: ReasoningFormat, starts_in_reasoning: bool, kwargs: dict,
+                 tool_markers: tuple[str, ...] = ()) -> None:
+        self.fmt = fmt
+        self.tool_markers = tool_markers
+        active = fmt.active(kwargs)
+        self.st = (OPEN if starts_in_reasoning else PRE) if active else DONE
+        self.buf = ""      # held text (partial marker, or leading blanks in OPEN)
+        self.ws = ""       # held trailing whitespace of reasoning (trim_trailing)
+        self.prefix = fmt.content_prefix or ""
+
+    def export(self) -> dict:
+        return {"st": self.st, "buf": self.buf, "ws": self.ws, "prefix": self.prefix}
+
+    def load(self, data: dict) -> None:
+        self.st, self.buf, self.ws, self.prefix = data["st"], data["buf"], data["ws"], data["prefix"]
+
+    def feed(self, text: str, final: bool = False) -> list[tuple[bool, str]]:
+        out: list[tuple[bool, str]] = []
+        if self.prefix:
+            out.append((False, self.prefix))
+            self.prefix = ""
+        if self.st == DONE:
+            if text:
+                out.append((False, text))
+            return out
+        buf, pos = self.buf + text, 0
+        fmt = self.fmt
+        ends_by_tool = self.tool_markers if fmt.tool_ends else ()
+        while self.st != DONE:
+            st = self.st
+            if st == PRE:
+                markers = fmt.start + self.tool_markers
+            elif st == OPEN:
+                markers = fmt.start + fmt.end + ends_by_tool
+            else:
+                markers = fmt.end + ends_by_tool
+            i, m = find_marker(buf[pos:], markers, final)
+            before = buf[pos:pos + i]
+            if st == OPEN and before.strip():
+                self.st = IN  # real reasoning text came first: no opening tag to absorb
+                continue
+            if m is None:
+                if st == OPEN and not final:
+                    break  # keep leading blanks until we know whether a tag follows
+                self._emit(out, st != PRE, before)
+                pos += i
+                break
+            pos += i + len(m)
+            if st != PRE and m in fmt.end:
+                self._emit(out, True, before)
+                self.ws = ""
+                self.st = DONE
+            elif m in fmt.start and st != IN:
+                self._emit(out, st == OPEN, before)
+                self.st = IN
+            else:  # a tool-call start marker: reasoning (if any) is over, the marker is content
+                self._emit(out, st != PRE, before)
+                self.ws = ""
+                self.st = DONE
+                out.append((False, m))
+        if self.st == DONE:
+            rest, self.buf = buf[pos:], ""
+            if rest:
+                out.append((False, rest))
+        else:
+            self.buf = buf[pos:]
+        if final:
+            self.ws = ""
+        return out
+
+    def _emit(self, out: list, reasoning: bool, s: str) -> None:
+        if not s:
+            return
+        if reasoning and self.fmt.trim_trailing:
+            s = self.ws + s
+            stripped = s.rstrip()
+            self.ws = s[len(stripped):]
+            s = stripped
+            if not s:
+                return
+        out.append((reasoning, s))
+
+
+__all__ = ["ReasoningFormat", "ReasoningStage", "FORMATS", "ALIASES", "HARMONY_REASONING_NAMES",
+           "starts_open"]

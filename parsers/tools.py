@@ -1,0 +1,315 @@
+"""The tool-call framing machine: one state machine for every marker-delimited family.
+
+Theory of operation. Content text arrives (after the reasoning stage took its part). A
+family is a :class:`parsers.formats.ToolFormat` row: which markers open a tool *section*,
+which open one *call*, whether a *header* (name / id) sits between the call marker and
+the arguments, which *body* mechanism reads the arguments, and which marker ends a call.
+The machine walks five states::
+
+    TEXT --section_begin--> SECTION --call_begin--> HEADER --header_end--> BODY --> AFTER
+      |                        ^  \\--section_end--> TEXT                 ^        |
+      \\--call_begin (or a call syntax at the very start of output) ----/         |
+                                   <------ call_end / next call_begin -------------/
+
+* TEXT releases content through the marker scanner (partial markers held back).
+  Blank text before any content or after a call is held: dropped if a call follows (or
+  the output ends after calls), released if real content follows. So
+  ``</think>\n\n<tool_call>`` gives no content while ``Checking.\n<tool_call>`` keeps
+  ``"Checking.\n"`` (vLLM's hermes behaviour), identically for every chunking.
+* HEADER collects the call's name (and id, for kimi_k2); a name that is not a valid tool
+  makes the call *malformed*.
+* BODY hands the characters to a body mechanism (JSON object / envelope / list, XML
+  parameters, Python calls), which writes the call events and returns at call boundaries.
+* AFTER swallows whitespace (and the family's junk, e.g. deepseek's code fence) up to the
+  call's end marker.
+
+Malformed output never raises and never loses text: until a call has *started*
+(``ToolCallStart`` written, which happens only once its name is validated), every raw
+character since the call marker is kept in ``raw`` and goes back to content if the call
+turns out malformed. After the start, text cannot be retracted: the body closes the
+arguments with the minimal closers and the rest of the text is content again.
+"""
+
+from __future__ import annotations
+
+from .calls import DONE, ERROR, MORE, Calls
+from .events import Content
+from .formats import ToolFormat, parse_header
+from .jsoncalls import JsonArgs, JsonCall, JsonList, JsonSequence
+from .pythonic import PythonCalls
+from .scanner import find_marker
+from .xmlcalls import XmlCall
+
+BODIES = {cls.kind: cls for cls in (JsonArgs, JsonCall, JsonList, JsonSequence, XmlCall, PythonCalls)}
+
+TEXT, SECTION, HEADER, BODY, AFTER = "text", "section", "header", "body", "after"
+_WS = " \t\n\r"
+_MAX_HEADER = 512
+
+
+class ToolStage:
+    """Splits content text into ``Content`` and ``ToolCall*`` events for one family.
+
+    ``at_start`` maps a first character of the output to a body kind that opens a call
+    without any marker (llama3_json ``{``, pythonic ``[``, ``tool_choice`` modes);
+    ``named`` is the function name forced by a named ``tool_choice`` (its bare arguments
+    object at the start of output is the call).
+    """
+
+    __slots__ = ("fmt", "calls", "at_start", "named", "st", "outer", "buf", "raw", "header",
+                 "ws", "said", "fresh", "body", "_stop")
+
+    def __init__(self, fmt: ToolFormat, calls: Calls, at_start: dict[str, str],
+                 named: str | None = None) -> None:
+        self.fmt = fmt
+        self.calls = calls
+        self.at_start = at_start
+        self.named = named
+        self.st = TEXT
+        self.outer = TEXT      # where a call returns to: TEXT or SECTION
+        self.buf = ""          # unconsumed text (held partial marker / undecided lookahead)
+        self.raw = ""          # raw text of a call that has not started yet
+        self.header = ""
+        self.ws = ""           # blank content waiting to see what follows (dropped before/after calls)
+        self.said = False      # non-blank content was written
+        self.fresh = True      # nothing but whitespace seen yet
+        self.body = None
+
+    # -- plain data -------------------------------------------------------------------
+    def export(self) -> dict:
+        return {"st": self.st, "outer": self.outer, "buf": self.buf, "raw": self.raw,
+                "header": self.header, "ws": self.ws, "said": self.said, "fresh": self.fresh,
+                "body": [self.body.kind, self.body.export()] if self.body else None}
+
+    def load(self, data: dict) -> None:
+        for key in ("st", "outer", "buf", "raw", "header", "ws", "said", "fresh"):
+            setattr(self, key, data[key])
+        body = data["body"]
+        self.body = BODIES[body[0]].load(body[1], self.fmt) if body else None
+
+    # -- driving ----------------------------------------------------------------------
+    def feed(self, text: str) -> None:
+        self.buf += text
+        self._run(final=False)
+
+    def finish(self) -> None:
+        self._run(final=True)
+        if self.st == HEADER:
+            self._malformed()
+        if self.ws and not self.calls.index:
+            self.calls.out.append(Content(self.ws))  # blank output without calls stays content
+        self.ws = ""
+
+    def _run(self, final: bool) -> None:
+        buf, pos = self.buf, 0
+        step = {TEXT: self._in_text, SECTION: self._in_section, HEADER: self._in_header,
+                BODY: self._in_body, AFTER: self._in_after}
+        while True:
+            new = step[self.st](buf, pos, final)
+            if new is None:
+                break
+            pos = new
+        self.buf = buf[self._stop:]
+
+    # Each state handler returns the next position to continue from, or None to stop
+    # (then ``self._stop`` is where unconsumed text starts).
+
+    def _in_text(self, buf: str, pos: int, final: bool) -> int | None:
+        if self.fresh and self.at_start:
+            j = pos
+            while j < len(buf) and buf[j] in _WS:
+                j += 1
+            if j == len(buf) and not final:
+                self._stop = pos
+                return None
+            kind = self._start_kind(buf, j, final) if j < len(buf) else None
+            if kind == "wait":
+                self._stop = pos
+                return None
+            self.fresh = False
+            if kind:
+                self.raw = ""
+                self._open(kind)
+                return j
+        markers = self.fmt.text_markers
+        i, m = find_marker(buf[pos:], markers, final)
+        self._content(buf[pos:pos + i])
+        if m is None:
+            self._stop = pos + i
+            return None
+        self.fresh = False
+        if m in self.fmt.section_begin:
+            self.ws = ""
+            self.st = self.outer = SECTION
+        else:
+            self.outer = TEXT
+            self._begin_call(m)
+        return pos + i + len(m)
+
+    def _start_kind(self, buf: str, j: int, final: bool) -> str | None:
+        c = buf[j]
+        kind = self.at_start.get(c)
+        if kind == "list|pythonic":  # '[' opens a JSON list or a Python call list
+            k = j + 1
+            while k < len(buf) and buf[k] in _WS:
+                k += 1
+            if k == len(buf):
+                return "pythonic" if final else "wait"
+            return "list" if buf[k] in "{]" else "pythonic"
+        return kind
+
+    def _in_section(self, buf: str, pos: int, final: bool) -> int | None:
+        fmt = self.fmt
+        i, m = find_marker(buf[pos:], fmt.call_begin + fmt.section_end, final)
+        self._junk(buf[pos:pos + i])
+        if m is None:
+            self._stop = pos + i
+            return None
+        if m in fmt.section_end:
+            self.st = self.outer = TEXT
+        else:
+            self._begin_call(m)
+        return pos + i + len(m)
+
+    def _in_header(self, buf: str, pos: int, final: bool) -> int | None:
+        fmt = self.fmt
+        if fmt.list_after_begin and not self.header.strip():
+            j = pos
+            while j < len(buf) and buf[j] in _WS:
+                j += 1
+            if j < len(buf) and buf[j] == "[":
+                self.raw += buf[pos:j]
+                self._open("list")
+                return j
+        i, m = find_marker(buf[pos:], fmt.header_end + fmt.header_peek, final)
+        self.header += buf[pos:pos + i]
+        self.raw += buf[pos:pos + i]
+        if m is None:
+            self._stop = pos + i
+            if len(self.header) > _MAX_HEADER:
+                self._malformed()
+                return pos + i
+            return None
+        end = pos + i
+        if m in fmt.header_end:
+            end += len(m)
+            self.raw += m
+        name, call_id = parse_header(fmt.header, self.header)
+        if name is None or not self.calls.valid(name):
+            self._malformed()
+            return end
+        self.calls.start(name, call_id)
+        self.raw = self.header = ""
+        self._open(fmt.body)
+        return end
+
+    def _in_body(self, buf: str, pos: int, final: bool) -> int | None:
+        calls, body = self.calls, self.body
+        calls.boundary = False
+        new = body.feed(buf, pos, final, calls)
+        self.raw = "" if calls.boundary else self.raw + buf[pos:new]
+        if body.status == MORE and not calls.boundary:
+            # the body took all it could: wait for more text, or end the input here
+            if not final:
+                self._stop = new
+                return None
+            body.finish(calls)
+            if calls.boundary:
+                self.raw = ""
+        return self._after_body(new)
+
+    def _after_body(self, pos: int) -> int:
+        status = self.body.status
+        if status == MORE:
+            return pos
+        self.body = None
+        if status == ERROR and not self.calls.boundary and self.raw:
+            self._malformed()
+            return pos
+        self.raw = ""
+        self.st = AFTER if self.fmt.call_end else self.outer
+        return pos
+
+    def _in_after(self, buf: str, pos: int, final: bool) -> int | None:
+        fmt = self.fmt
+        markers = fmt.call_end + fmt.call_begin
+        if self.outer == SECTION:
+            markers += fmt.section_end
+        i, m = find_marker(buf[pos:], markers, final)
+        self._junk(buf[pos:pos + i])
+        if m is None:
+            self._stop = pos + i
+            return None
+        if m in fmt.call_end:
+            self.st = self.outer
+        elif m in fmt.section_end:
+            self.st = self.outer = TEXT
+        else:
+            self._begin_call(m)
+        return pos + i + len(m)
+
+    # -- helpers ----------------------------------------------------------------------
+    def _begin_call(self, marker: str) -> None:
+        self.ws = ""
+        self.raw = marker
+        self.header = ""
+        if self.fmt.header_end or self.fmt.header_peek or self.fmt.list_after_begin:
+            self.st = HEADER
+        else:
+            self._open(self.fmt.body)
+
+    def _open(self, kind: str) -> None:
+        self.st = BODY
+        if kind == "named":
+            self.calls.start(self.named)
+            kind = "args"
+        self.body = BODIES[kind](self.fmt)
+
+    def _malformed(self) -> None:
+        """The call never started: its raw text is content, scanning resumes outside."""
+        raw, self.raw, self.header = self.raw, "", ""
+        self.st = self.outer
+        self.body = None
+        self._content(raw)
+
+    def _content(self, s: str) -> None:
+        if not s:
+            return
+        if self.calls.index or not self.said:
+            s = self.ws + s
+            if not s.strip():
+                self.ws = s
+                return
+            self.ws = ""
+        self.said = True
+        self.calls.out.append(Content(s))
+
+    def _junk(self, s: str) -> None:
+        """Text between calls inside a section or before an end marker: kept unless filler."""
+        if s.strip(_WS + self.fmt.junk):
+            self.calls.out.append(Content(s))
+
+
+class PassThrough:
+    """No tool extraction (no tool parser, or ``tool_choice: none``): all text is content."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self, calls: Calls) -> None:
+        self.calls = calls
+
+    def feed(self, text: str) -> None:
+        if text:
+            self.calls.out.append(Content(text))
+
+    def finish(self) -> None:
+        pass
+
+    def export(self) -> dict:
+        return {}
+
+    def load(self, data: dict) -> None:
+        pass
+
+
+__all__ = ["ToolStage", "PassThrough", "BODIES"]

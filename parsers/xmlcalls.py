@@ -1,0 +1,164 @@
+"""XML-parameter call bodies: ``<parameter=K>V</parameter>`` and its relatives.
+
+Used by qwen3_coder / seed_oss (``<parameter=K>``), glm45 (``<arg_key>K</arg_key>
+<arg_value>V</arg_value>``) and minimax_m2 (``<parameter name="K">``); the spelling is an
+:class:`parsers.formats.XmlDialect` row. The call was already started by the framing
+machine (its name is in the header), so this body only writes the arguments object.
+
+Values are raw text, typed by the tool's JSON schema (:mod:`parsers.schema`):
+
+* string parameters (or parameters with no schema) stream as JSON string pieces as the
+  model writes them: ``{"city": "`` … ``Par`` … ``is`` … ``"``. One leading and one
+  trailing newline are dropped where the dialect says so (qwen3_coder), so a trailing
+  ``\\n`` is held until the next character shows it is not the last one;
+* other parameters (integer, number, boolean, object, array, null) are collected until
+  their end marker and then written in one piece (``"5"`` → ``5`` for an integer, case 15).
+
+Values end at the first end marker: there is no escaping layer in these formats, so a
+literal ``</parameter>`` inside a value cannot be told apart (case 12 notes). A brace in a
+value is just a character (case 15a). A call cut off by the end of output is closed: the
+open value is finished and ``}`` written (case 15c), so arguments are always valid JSON.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .calls import DONE, MORE, Calls
+from .scanner import find_marker
+from .schema import coerce, is_string_only
+
+_MAX_KEY = 256
+
+
+class XmlCall:
+    """Arguments of one XML-style call (see module docstring)."""
+
+    kind = "xml"
+    __slots__ = ("d", "st", "key", "types", "val", "lead", "tail", "opened", "status")
+
+    def __init__(self, fmt=None) -> None:
+        self.d = fmt.xml if fmt is not None else None
+        self.st = "between"    # between | key | preval | value
+        self.key = ""
+        self.types: list[str] | None = None  # None: string value being streamed
+        self.val = ""          # collected raw text of a typed value
+        self.lead = True       # at the first character of a value
+        self.tail = ""         # held trailing newline of a streamed string value
+        self.opened = False    # '{' written
+        self.status = MORE
+
+    def export(self) -> list:
+        return [self.st, self.key, self.types, self.val, self.lead, self.tail, self.opened,
+                self.status]
+
+    @classmethod
+    def load(cls, data: list, fmt=None) -> "XmlCall":
+        obj = cls(fmt)
+        (obj.st, obj.key, obj.types, obj.val, obj.lead, obj.tail, obj.opened,
+         obj.status) = data
+        return obj
+
+    def feed(self, text: str, pos: int, final: bool, calls: Calls) -> int:
+        d = self.d
+        n = len(text)
+        while pos < n and self.status == MORE:
+            st = self.st
+            if st == "between" or st == "preval":
+                first = d.value_begin if st == "preval" else d.key_begin
+                i, m = find_marker(text[pos:], (first,) + d.call_end + d.call_end_peek, final)
+                if m is None:
+                    return pos + i
+                if m == first:
+                    pos += i + len(m)
+                    if st == "preval":
+                        self._begin_value(calls)
+                    else:
+                        self.st, self.key = "key", ""
+                else:
+                    pos += i + (len(m) if m in d.call_end else 0)
+                    self._close(calls)
+            elif st == "key":
+                i, m = find_marker(text[pos:], (d.key_end,), final)
+                self.key += text[pos:pos + i]
+                if m is None:
+                    if len(self.key) > _MAX_KEY:  # not a parameter after all: stop here
+                        self._close(calls)
+                    return pos + i
+                pos += i + len(m)
+                self.key = self._clean_key(self.key)
+                if d.value_begin:
+                    self.st = "preval"
+                else:
+                    self._begin_value(calls)
+            else:  # value
+                i, m = find_marker(text[pos:], (d.value_end,), final)
+                self._value_text(text[pos:pos + i], calls)
+                if m is None:
+                    return pos + i
+                pos += i + len(m)
+                self._end_value(calls)
+        return pos
+
+    def finish(self, calls: Calls) -> None:
+        if self.status == MORE:
+            self._close(calls)
+
+    # -- values -----------------------------------------------------------------------
+    def _clean_key(self, key: str) -> str:
+        key = key.strip()
+        if self.d.quoted_key and len(key) >= 2 and key[0] == key[-1] and key[0] in "'\"":
+            key = key[1:-1]
+        return key
+
+    def _begin_value(self, calls: Calls) -> None:
+        self.st, self.lead, self.tail, self.val = "value", True, "", ""
+        types = calls.types(calls.name).get(self.key, [])
+        self.types = None if is_string_only(types) else types
+        if self.types is None:
+            calls.args(self._prefix() + '"')
+
+    def _prefix(self) -> str:
+        head = ", " if self.opened else "{"
+        self.opened = True
+        return head + json.dumps(self.key, ensure_ascii=False) + ": "
+
+    def _value_text(self, s: str, calls: Calls) -> None:
+        if not s:
+            return
+        if self.types is not None:
+            self.val += s
+            return
+        trim = self.d.trim_newline
+        if self.lead:
+            self.lead = False
+            if trim and s[0] == "\n":
+                s = s[1:]
+        if trim:
+            s = self.tail + s
+            self.tail = ""
+            if s.endswith("\n"):
+                s, self.tail = s[:-1], "\n"
+        if s:
+            calls.args(json.dumps(s, ensure_ascii=False)[1:-1])
+
+    def _end_value(self, calls: Calls) -> None:
+        if self.types is None:
+            calls.args('"')
+        else:
+            raw = self.val
+            if self.d.trim_newline:
+                raw = raw[1:] if raw.startswith("\n") else raw
+                raw = raw[:-1] if raw.endswith("\n") else raw
+            calls.args(self._prefix() + coerce(raw, self.types))
+        self.st, self.val, self.tail, self.types = "between", "", "", None
+
+    def _close(self, calls: Calls) -> None:
+        if self.st == "value":
+            self._end_value(calls)
+        calls.args("}" if self.opened else "{}")
+        calls.end()
+        self.status = DONE
+
+
+__all__ = ["XmlCall"]
