@@ -1,0 +1,116 @@
+"""The driver's HTTP face (starlette).
+
+| route | answer |
+|---|---|
+| ``POST /v1/chat/completions`` | OpenAI chat completion, JSON or SSE (``stream: true``) |
+| ``POST /v1/completions`` | OpenAI completion, JSON or SSE |
+| ``GET /v1/models`` | the served model (in-process render) or the render server's list |
+| ``GET /version`` | in-process render only |
+| ``GET /health`` | ``{"prefill": {url: state}, "decode": {…}[, "render": {…}]}``; 503 unless every hop has a healthy instance |
+| ``GET /metrics`` | Prometheus text (``render_service_driver_*``) |
+
+The two completion routes are raw ASGI endpoints: the request runs in its own task while
+the endpoint waits for ``http.disconnect``; a client that goes away cancels the task (the
+engine connections close) and the engine legs still in flight are aborted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, Callable
+
+import httpx
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..errors import OpenAIError, bad_request
+from ..http.common import JSONResponse, error_response, read_json
+from .flow import Driver, RequestScope, Responder
+from .upstream import error_from_exception
+
+
+async def _until_disconnect(receive: Callable) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class DriveEndpoint:
+    """``POST`` handler for one kind (``"chat"`` / ``"completion"``) of request."""
+
+    def __init__(self, driver: Driver, kind: str) -> None:
+        self.driver, self.kind = driver, kind
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        request = Request(scope, receive)
+        out = Responder(send)
+        try:
+            body = await read_json(request, self.driver.config.serve.max_body_bytes)
+            if not isinstance(body, dict):
+                raise bad_request("Request body must be a JSON object.")
+        except OpenAIError as err:
+            self.driver.metrics.requests.labels(self.kind, str(err.status)).inc()
+            await out.json(err.status, err.body(), {})
+            return
+        rscope = RequestScope()
+        work = asyncio.create_task(self.driver.handle(self.kind, body, request.headers, out, rscope))
+        gone = asyncio.create_task(_until_disconnect(receive))
+        try:
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done():  # the client went away first
+                rscope.abort_reason = "client_disconnect"
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await work
+        finally:
+            gone.cancel()
+            await self.driver.flush_aborts(rscope)
+
+
+def create_app(driver: Driver) -> Starlette:
+    """The driver app; ``app.state.driver`` is the `Driver`."""
+
+    async def health(request: Request) -> Response:
+        status, body = await driver.health()
+        return JSONResponse(body, status_code=status)
+
+    async def metrics(request: Request) -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        return Response(driver.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    routes = [
+        Route("/v1/chat/completions", DriveEndpoint(driver, "chat"), methods=["POST"]),
+        Route("/v1/completions", DriveEndpoint(driver, "completion"), methods=["POST"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
+    if driver.config.render:
+        async def models(request: Request) -> Response:
+            try:
+                r = await driver.client().get(driver.config.render + "/v1/models")
+            except httpx.HTTPError as exc:
+                return error_response(error_from_exception("render", driver.config.render, exc))
+            return Response(r.content, status_code=r.status_code, media_type="application/json")
+
+        routes.append(Route("/v1/models", models, methods=["GET"]))
+    else:
+        from ..http import info_routes
+
+        # The render server's own /v1/models and /version, bound to the same model.
+        routes += [r for r in info_routes.routes(driver.hops.ctx) if r.path in ("/v1/models", "/version")]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any):
+        try:
+            yield
+        finally:
+            await driver.aclose()
+
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={OpenAIError: lambda req, exc: error_response(exc)})
+    app.state.driver = driver
+    return app

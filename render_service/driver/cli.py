@@ -1,0 +1,112 @@
+"""`render-service drive`: flags → `DriverConfig` → a served `Driver` (see ``docs/driver.md``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from ..cli import _context_length, _json_dict
+from ..config import ServeConfig
+from .config import DriverConfig, split_urls
+
+DESCRIPTION = (
+    "Four-hop driver: an OpenAI endpoint that renders each request (in this process, or on "
+    "--render URL), prefills it on a tokens-only engine, decodes it on another with the "
+    "prefill's KV, and derenders the tokens back into an OpenAI response."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``drive`` flags (model flags as in ``serve``)."""
+    p.add_argument("--prefill", required=True, type=split_urls, metavar="URL[,URL...]",
+                   help="tokens-only prefill engine(s), e.g. http://127.0.0.1:8100")
+    p.add_argument("--decode", required=True, type=split_urls, metavar="URL[,URL...]",
+                   help="tokens-only decode engine(s)")
+    p.add_argument("--render", default=None, metavar="URL",
+                   help="render server to render/derender on (default: in this process with the model flags)")
+    p.add_argument("--model", default=None,
+                   help="HF tokenizer dir, .gguf file or hub id (default: embedded SmolLM2-135M-Instruct GGUF)")
+    p.add_argument("--served-model-name", nargs="+", default=None, help="names accepted in `model`; first is reported")
+    p.add_argument("--chat-template", default=None, help="file path or inline Jinja template")
+    p.add_argument("--max-model-len", type=_context_length, default=None, help="context length (tokens; 8k ok)")
+    p.add_argument("--reasoning-parser", default=None, help="e.g. qwen3, deepseek_r1, auto")
+    p.add_argument("--tool-call-parser", default=None, help="e.g. hermes, llama3_json, auto")
+    p.add_argument("--enable-auto-tool-choice", action="store_true", help="required for any tool parser to be active")
+    p.add_argument("--default-chat-template-kwargs", type=_json_dict, default=None,
+                   help='JSON, e.g. {"enable_thinking": false}')
+    p.add_argument("--tokenizer-backend", choices=("auto", "hf", "fast"), default="auto")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8192)
+    p.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                   help="seconds an upstream may stay silent before its hop fails with 504 (default 600)")
+    p.add_argument("--connect-timeout", type=float, default=5.0, metavar="S",
+                   help="seconds to connect to an upstream before trying the next one (default 5)")
+    p.add_argument("--uvicorn-log-level", default="info")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``drive`` subcommand (``set_defaults(func=run)``)."""
+    p = subparsers.add_parser("drive", help="OpenAI endpoint over render -> prefill -> decode -> derender",
+                              description=DESCRIPTION)
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace) -> DriverConfig:
+    """Raises ValueError for bad URLs or timeouts."""
+    serve = ServeConfig(
+        model=args.model,
+        served_model_name=tuple(args.served_model_name or ()),
+        chat_template=args.chat_template,
+        max_model_len=args.max_model_len,
+        reasoning_parser=args.reasoning_parser,
+        tool_call_parser=args.tool_call_parser,
+        enable_auto_tool_choice=args.enable_auto_tool_choice,
+        default_chat_template_kwargs=args.default_chat_template_kwargs or {},
+        tokenizer_backend=args.tokenizer_backend,
+    )
+    return DriverConfig(prefill=args.prefill, decode=args.decode, render=(args.render or "").rstrip("/") or None,
+                        serve=serve, host=args.host, port=args.port, timeout=args.timeout,
+                        connect_timeout=args.connect_timeout)
+
+
+def build_driver(config: DriverConfig, observer=None):
+    """``(driver, resolved config)``: loads the model unless ``config.render`` is set.
+
+    Raises:
+        StartupError: the model cannot be loaded or the parser flags are wrong.
+    """
+    import dataclasses
+
+    from ..server import load_bundle, resolve_parsers
+    from .flow import Driver
+
+    bundle = None
+    if config.render is None:
+        bundle = load_bundle(config.serve)
+        config = dataclasses.replace(config, serve=resolve_parsers(config.serve, bundle))
+    return Driver(config, bundle, observer), config
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the driver and serve until interrupted; 2 for bad flags or a model that will not load."""
+    import uvicorn
+
+    from ..server import StartupError
+    from .app import create_app
+
+    try:
+        config = config_from_args(args)
+        driver, config = build_driver(config)
+    except (ValueError, StartupError) as exc:
+        print(f"render-service drive: error: {exc}", file=sys.stderr)
+        return 2
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per upstream call is noise
+    where = config.render or "in process"
+    logging.getLogger("render_service.driver").info(
+        "driving prefill %s, decode %s, render %s on http://%s:%d",
+        ",".join(config.prefill), ",".join(config.decode), where, config.host, config.port)
+    uvicorn.run(create_app(driver), host=config.host, port=config.port, log_level=args.uvicorn_log_level,
+                timeout_graceful_shutdown=2)
+    return 0

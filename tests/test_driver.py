@@ -1,0 +1,384 @@
+"""Driver over real processes on loopback: scripted tokens-only engines, the Qwen3 tokenizer.
+
+Engines are `python -m render_service.engine --scripted` processes replaying token ids of
+real Qwen3 text (reasoning + ``<tool_call>``, a stop string, a long answer), chosen by the
+tail of the rendered prompt. The driver runs in-process (uvicorn thread) with render and
+derender either in-process or on a real render server (``--render URL``); clients are the
+OpenAI SDK and raw httpx. Faults are real too: a port with nothing behind it, a prefill
+engine SIGKILLed right after it handed off its KV, clients that hang up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+
+from conftest import MODELS, free_port, needs_shared, serve_app
+
+pytestmark = needs_shared
+
+openai = pytest.importorskip("openai", reason="openai SDK not installed")
+
+from render_service.config import ServeConfig  # noqa: E402
+from render_service.driver.app import create_app  # noqa: E402
+from render_service.driver.config import DriverConfig  # noqa: E402
+from render_service.driver.flow import Driver  # noqa: E402
+from render_service.driver.upstream import Pool  # noqa: E402
+from render_service.engine.testing import EngineProcess  # noqa: E402
+from render_service.http.app import create_app as create_render_app  # noqa: E402
+from render_service.protocol import ChatCompletionRequest  # noqa: E402
+from render_service.render import render_chat  # noqa: E402
+from render_service.server import load_bundle, resolve_parsers  # noqa: E402
+
+CHAT = "/v1/chat/completions"
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
+                   "required": ["city"]}}}]
+TOOL_ARGS = {"city": "Paris", "unit": "celsius"}
+TOOL_TEXT = ("<think>\nThe user wants the current weather in Paris, so I call get_weather.\n</think>\n\n"
+             "<tool_call>\n" + json.dumps({"name": "get_weather", "arguments": TOOL_ARGS}) + "\n</tool_call>")
+NO_THINK = "<think>\nEasy.\n</think>\n\n"  # Qwen3 prompts open in reasoning: answers close it first
+STOP_TEXT = NO_THINK + "one two three STOP" + " and then it goes on" * 15
+PLAIN_TEXT = "Paris is the capital of France."
+LONG_TEXT = " la" * 300
+
+# user message → (scripted output text, per-token delay in seconds; None = none)
+SCENARIOS = {
+    "What is the weather in Paris right now?": (TOOL_TEXT, None),
+    "Count to three, then say STOP.": (STOP_TEXT, 0.03),
+    "Sing a very long song.": (LONG_TEXT, 0.02),
+    "Think for a long while first.": ("Done.", 5.0),
+    "What is the capital of France?": (NO_THINK + PLAIN_TEXT, None),
+}
+
+
+def body_for(user: str, **extra) -> dict:
+    body = {"messages": [{"role": "user", "content": user}], **extra}
+    if user.startswith("What is the weather"):
+        body["tools"] = TOOLS
+    return body
+
+
+def counters(*engines: EngineProcess) -> dict[str, int]:
+    """Engine ``/stats`` counters summed over ``engines``."""
+    total: dict[str, int] = {}
+    for eng in engines:
+        for k, v in httpx.get(eng.url + "/stats", timeout=5).json()["counters"].items():
+            total[k] = total.get(k, 0) + v
+    return total
+
+
+def wait_for(predicate, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+@dataclasses.dataclass
+class World:
+    bundle: object
+    cfg: ServeConfig
+    script: Path
+    p1: EngineProcess
+    d1: EngineProcess
+    d2: EngineProcess
+    d_re: EngineProcess
+    local: str          # driver URL, in-process render/derender
+    remote: str         # driver URL, render/derender on a render server
+    model: str
+    eos: int
+
+    @contextlib.contextmanager
+    def driver(self, prefill: list[str], decode: list[str], observer=None, **kw) -> Iterator[tuple[str, Driver]]:
+        config = DriverConfig(prefill=tuple(prefill), decode=tuple(decode), serve=self.cfg, **kw)
+        drv = Driver(config, self.bundle, observer)
+        with serve_app(create_app(drv)) as url:
+            yield url, drv
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Iterator[World]:
+    cfg = ServeConfig(model=str(MODELS / "qwen3"), reasoning_parser="qwen3", tool_call_parser="hermes",
+                      enable_auto_tool_choice=True)
+    bundle = load_bundle(cfg)
+    cfg = resolve_parsers(cfg, bundle)
+    tok = bundle.tokenizer
+    eos = tok.token_to_id("<|im_end|>")
+    responses = []
+    for user, (text, delay) in SCENARIOS.items():
+        prompt = render_chat(bundle, cfg, ChatCompletionRequest.model_validate(body_for(user)), "x")["token_ids"]
+        entry = {"match": prompt[-10:], "token_ids": tok.encode(text) + [eos]}
+        if delay is not None:
+            entry["token_delay"] = delay
+        responses.append(entry)
+    responses.append({"token_ids": tok.encode("Hello there, friend.") + [eos]})  # anything else (completions)
+    script = tmp_path_factory.mktemp("driver") / "script.json"
+    script.write_text(json.dumps({"model": "scripted", "responses": responses}))
+    s = str(script)
+    with EngineProcess("--scripted", s, role="prefill") as p1, EngineProcess("--scripted", s, role="decode") as d1, \
+            EngineProcess("--scripted", s, role="decode") as d2, \
+            EngineProcess("--scripted", s, "--kv-load-failure-policy", "recompute", role="decode") as d_re, \
+            serve_app(create_render_app(bundle, cfg)) as render_url:
+        base = DriverConfig(prefill=(p1.url,), decode=(d1.url, d2.url), serve=cfg)
+        local = Driver(base, bundle)
+        remote = Driver(dataclasses.replace(base, render=render_url))
+        with serve_app(create_app(local)) as local_url, serve_app(create_app(remote)) as remote_url:
+            yield World(bundle, cfg, script, p1, d1, d2, d_re, local_url, remote_url,
+                        bundle.served_model_names[0], eos)
+
+
+def sdk(url: str) -> "openai.OpenAI":
+    return openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=30)
+
+
+def sse(r: httpx.Response) -> tuple[list[dict], list[str]]:
+    """(data objects, comment lines) of an SSE response; checks it ends with [DONE]."""
+    blocks = [b for b in r.text.split("\n\n") if b.strip()]
+    assert blocks[-1] == "data: [DONE]", blocks[-3:]
+    data = [json.loads(b[6:]) for b in blocks[:-1] if b.startswith("data: {")]
+    comments = [b[2:] for b in blocks if b.startswith(": ")]
+    return data, comments
+
+
+def timing(header: str) -> dict[str, str]:
+    """``Server-Timing`` → {name: dur or desc}."""
+    out = {}
+    for part in header.split(","):
+        name, _, param = part.strip().partition(";")
+        out[name] = param.split("=", 1)[1].strip('"') if "=" in param else ""
+    return out
+
+
+# -- the OpenAI SDK against the driver ---------------------------------------------------
+
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_sdk_stream_tool_call(world, where):
+    client = sdk(getattr(world, where))
+    stream = client.chat.completions.create(model=world.model, stream=True,
+                                            **body_for("What is the weather in Paris right now?"))
+    reasoning, content, names, args, ids, finish = "", "", {}, {}, {}, None
+    for chunk in stream:
+        for ch in chunk.choices:
+            d = ch.delta
+            reasoning += (d.model_extra or {}).get("reasoning") or ""
+            content += d.content or ""
+            for tc in d.tool_calls or []:
+                if tc.id:
+                    ids[tc.index] = tc.id
+                if tc.function and tc.function.name:
+                    names[tc.index] = names.get(tc.index, "") + tc.function.name
+                if tc.function and tc.function.arguments:
+                    args[tc.index] = args.get(tc.index, "") + tc.function.arguments
+            finish = ch.finish_reason or finish
+    assert names == {0: "get_weather"} and json.loads(args[0]) == TOOL_ARGS
+    assert ids[0].startswith("chatcmpl-tool-")
+    assert finish == "tool_calls"
+    assert "weather in Paris" in reasoning and content.strip() == ""
+
+
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_sdk_non_stream_tool_call_with_server_timing(world, where):
+    raw = sdk(getattr(world, where)).chat.completions.with_raw_response.create(
+        model=world.model, **body_for("What is the weather in Paris right now?"))
+    resp = raw.parse()
+    choice = resp.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == TOOL_ARGS
+    assert "weather in Paris" in choice.message.model_extra["reasoning"]
+    t = timing(raw.headers["server-timing"])
+    assert {"render", "prefill", "kv_handoff", "decode", "derender", "total"} <= t.keys()
+    assert t["kv"] == "remote"  # the decode engine loaded prefill's KV
+    assert resp.model_extra["metrics"]["kv_source"] == "remote"
+    assert resp.usage.completion_tokens == len(world.bundle.tokenizer.encode(TOOL_TEXT)) + 1
+
+
+def test_stream_sends_timing_comment_usage_and_request_id(world):
+    body = body_for("What is the capital of France?", stream=True, stream_options={"include_usage": True})
+    r = httpx.post(world.local + CHAT, json=body, headers={"X-Request-Id": "drv-1"}, timeout=30)
+    assert r.status_code == 200 and r.headers["x-request-id"] == "drv-1"
+    head = timing(r.headers["server-timing"])
+    assert {"render", "prefill", "kv_handoff"} <= head.keys()
+    data, comments = sse(r)
+    assert {d["id"] for d in data} == {"chatcmpl-drv-1"}
+    assert "".join(c["delta"].get("content") or "" for d in data for c in d["choices"]).strip() == PLAIN_TEXT
+    assert data[-1]["choices"] == [] and data[-1]["usage"]["completion_tokens"] == \
+        len(world.bundle.tokenizer.encode(NO_THINK + PLAIN_TEXT)) + 1
+    (comment,) = comments
+    assert comment.startswith("server-timing ")
+    tail = timing(comment[len("server-timing "):])
+    assert {"render", "prefill", "kv_handoff", "decode", "derender", "total"} <= tail.keys()
+    assert tail["kv"] == "remote"
+
+
+def test_completions_endpoint(world):
+    r = httpx.post(world.local + "/v1/completions", json={"prompt": "Say hello.", "max_tokens": 20}, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["text"] == "Hello there, friend."
+    assert r.json()["choices"][0]["finish_reason"] == "stop"
+    r = httpx.post(world.local + "/v1/completions", json={"prompt": "Say hello.", "stream": True}, timeout=30)
+    data, _ = sse(r)
+    assert "".join(c["text"] for d in data for c in d["choices"]) == "Hello there, friend."
+
+
+# -- stop strings end decode early --------------------------------------------------------
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_string_aborts_decode(world, stream):
+    engines = (world.d1, world.d2)
+    before = counters(*engines)
+    t0 = time.monotonic()
+    r = httpx.post(world.local + CHAT, timeout=30,
+                   json=body_for("Count to three, then say STOP.", stop=["STOP"], stream=stream))
+    elapsed = time.monotonic() - t0
+    assert r.status_code == 200, r.text
+    if stream:
+        data, _ = sse(r)
+        choices = [c for d in data for c in d["choices"]]
+        content = "".join(c["delta"].get("content") or "" for c in choices)
+        final = choices[-1]
+    else:
+        final = r.json()["choices"][0]
+        content = final["message"]["content"]
+    assert content.lstrip("\n") == "one two three "  # cut right before the stop string
+    assert (final["finish_reason"], final["stop_reason"]) == ("stop", "STOP")
+    full = len(world.bundle.tokenizer.encode(STOP_TEXT)) + 1
+    assert elapsed < full * 0.03 / 2  # the whole script would take > 2 s
+    assert wait_for(lambda: counters(*engines)["requests_aborted"] == before["requests_aborted"] + 1)
+    assert counters(*engines)["generated_tokens"] - before["generated_tokens"] < full / 2
+
+
+# -- client disconnects abort the engine legs ------------------------------------------------
+
+def test_client_disconnect_mid_stream_aborts_decode(world):
+    engines = (world.d1, world.d2)
+    before = counters(*engines)["requests_aborted"]
+    with httpx.stream("POST", world.local + CHAT, timeout=30,
+                      json=body_for("Sing a very long song.", stream=True)) as r:
+        seen = 0
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                seen += 1
+                if seen == 3:
+                    break  # hang up mid-stream
+    assert wait_for(lambda: counters(*engines)["requests_aborted"] == before + 1)
+    metrics = httpx.get(world.local + "/metrics").text
+    assert 'render_service_driver_aborts_total{reason="client_disconnect"}' in metrics
+
+
+def test_client_disconnect_during_prefill_aborts_prefill(world):
+    before = counters(world.p1)["requests_aborted"]
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(world.local + CHAT, json=body_for("Think for a long while first."), timeout=0.5)
+    assert wait_for(lambda: counters(world.p1)["requests_aborted"] == before + 1, timeout=3)
+
+
+# -- engines down ----------------------------------------------------------------------------
+
+def test_decode_or_prefill_down_is_503_naming_the_hop(world):
+    dead = f"http://127.0.0.1:{free_port()}"
+    body = body_for("What is the capital of France?")
+    for prefill, decode, hop in (([world.p1.url], [dead], "decode"), ([dead], [world.d1.url], "prefill")):
+        with world.driver(prefill, decode) as (url, _):
+            for stream in (False, True):
+                r = httpx.post(url + CHAT, json={**body, "stream": stream}, timeout=30)
+                err = r.json()["error"]
+                assert r.status_code == 503 and err["code"] == 503 and err["type"] == "ServiceUnavailableError"
+                assert err["message"].startswith(f"{hop} hop failed") and dead in err["message"]
+            health = httpx.get(url + "/health", timeout=10)
+            assert health.status_code == 503 and health.json()[hop][dead].startswith("unreachable")
+
+
+def test_unreachable_decode_is_skipped_for_the_next_one(world):
+    dead = f"http://127.0.0.1:{free_port()}"
+    pool = Pool("decode", [dead, world.d1.url])
+    key = next(k for k in (f"conv-{i}" for i in range(100)) if pool.order(k)[0] == dead)
+    with world.driver([world.p1.url], [dead, world.d1.url]) as (url, _):
+        r = httpx.post(url + CHAT, json=body_for("What is the capital of France?", conversation_id=key), timeout=30)
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"].strip() == PLAIN_TEXT
+
+
+def test_prefill_killed_after_handoff(world):
+    """Prefill answers with its KV params and dies before decode pulls them: decode with
+    ``kv_load_failure_policy fail`` makes it a 502 naming the hop; ``recompute`` answers."""
+    body = body_for("What is the capital of France?")
+    for decode, policy in ((world.d1, "fail"), (world.d_re, "recompute")):
+        with EngineProcess("--scripted", str(world.script), role="prefill") as doomed:
+            def kill(event: str, info: dict) -> None:
+                if event == "prefill_done":
+                    doomed.kill()
+
+            with world.driver([doomed.url], [decode.url], observer=kill) as (url, _):
+                r = httpx.post(url + CHAT, json=body, timeout=30)
+                if policy == "fail":
+                    err = r.json()["error"]
+                    assert r.status_code == 502 and err["message"].startswith("decode hop failed")
+                    assert "KV transfer from the prefill engine failed" in err["message"]
+                else:
+                    assert r.status_code == 200, r.text
+                    assert r.json()["choices"][0]["message"]["content"].strip() == PLAIN_TEXT
+                    assert r.json()["metrics"]["kv_source"] == "recompute"
+                    assert timing(r.headers["server-timing"])["kv"] == "recompute"
+                # the next request finds the prefill engine gone
+                r = httpx.post(url + CHAT, json=body, timeout=30)
+                assert r.status_code == 503 and r.json()["error"]["message"].startswith("prefill hop failed")
+
+
+# -- routing -------------------------------------------------------------------------------
+
+def test_conversation_id_pins_the_decode_engine(world):
+    engines = (world.d1, world.d2)
+    body = body_for("What is the capital of France?")
+
+    def per_engine() -> list[int]:
+        return [counters(e)["requests"] for e in engines]
+
+    before = per_engine()
+    for extra, headers in (({"conversation_id": "conv-A"}, {}), ({}, {"X-Conversation-Id": "conv-A"}),
+                           ({"session_id": "conv-A"}, {}), ({}, {"X-Session-ID": "conv-A"})):
+        r = httpx.post(world.local + CHAT, json={**body, **extra}, headers=headers, timeout=30)
+        assert r.status_code == 200
+    got = [a - b for a, b in zip(per_engine(), before)]
+    assert sorted(got) == [0, 4]
+
+    before = per_engine()
+    for _ in range(4):  # no key: least busy, ties in turn
+        assert httpx.post(world.local + CHAT, json=body, timeout=30).status_code == 200
+    assert [a - b for a, b in zip(per_engine(), before)] == [2, 2]
+
+
+# -- small routes and errors -----------------------------------------------------------------
+
+def test_models_health_metrics(world):
+    for url in (world.local, world.remote):
+        assert httpx.get(url + "/v1/models").json()["data"][0]["id"] == world.model
+        h = httpx.get(url + "/health", timeout=10)
+        assert h.status_code == 200 and h.json()["decode"] == {world.d1.url: "ok", world.d2.url: "ok"}
+    assert httpx.post(world.local + CHAT, json=body_for("What is the capital of France?"), timeout=30).status_code == 200
+    text = httpx.get(world.local + "/metrics").text
+    for hop in ("render", "prefill", "kv_handoff", "decode", "derender", "total"):
+        assert f'render_service_driver_hop_duration_seconds_count{{hop="{hop}"}}' in text
+    assert 'render_service_driver_requests_total{endpoint="chat",status="200"}' in text
+    assert 'render_service_driver_decode_kv_source_total{source="remote"}' in text
+
+
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_client_errors_keep_their_status(world, where):
+    url = getattr(world, where)
+    r = httpx.post(url + CHAT, json={**body_for("Hi"), "model": "nope"}, timeout=30)
+    assert r.status_code == 404 and r.json()["error"]["param"] == "model"
+    r = httpx.post(url + CHAT, json={"messages": "not a list"}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["code"] == 400
+    r = httpx.post(url + CHAT, content=b"{oops", headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["type"] == "BadRequestError"
