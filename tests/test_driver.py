@@ -222,14 +222,18 @@ def test_stream_sends_timing_comment_usage_and_request_id(world):
     assert tail["kv"] == "remote"
 
 
-def test_completions_endpoint(world):
-    r = httpx.post(world.local + "/v1/completions", json={"prompt": "Say hello.", "max_tokens": 20}, timeout=30)
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_completions_endpoint(world, where):
+    url = getattr(world, where) + "/v1/completions"
+    r = httpx.post(url, json={"prompt": "Say hello.", "max_tokens": 20}, timeout=30)
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["text"] == "Hello there, friend."
     assert r.json()["choices"][0]["finish_reason"] == "stop"
-    r = httpx.post(world.local + "/v1/completions", json={"prompt": "Say hello.", "stream": True}, timeout=30)
+    r = httpx.post(url, json={"prompt": "Say hello.", "stream": True}, timeout=30)
     data, _ = sse(r)
     assert "".join(c["text"] for d in data for c in d["choices"]) == "Hello there, friend."
+    r = httpx.post(url, json={"prompt": ["Say hello.", "Say it again."], "max_tokens": 20}, timeout=30)
+    assert [c["text"] for c in r.json()["choices"]] == ["Hello there, friend."] * 2  # one P/D pair per prompt
 
 
 # -- stop strings end decode early --------------------------------------------------------
@@ -298,6 +302,16 @@ def test_decode_or_prefill_down_is_503_naming_the_hop(world):
                 assert err["message"].startswith(f"{hop} hop failed") and dead in err["message"]
             health = httpx.get(url + "/health", timeout=10)
             assert health.status_code == 503 and health.json()[hop][dead].startswith("unreachable")
+
+
+def test_silent_prefill_times_out_with_504_and_is_aborted(world):
+    before = counters(world.p1)["requests_aborted"]
+    with world.driver([world.p1.url], [world.d1.url], timeout=0.5) as (url, _):
+        r = httpx.post(url + CHAT, json=body_for("Think for a long while first."), timeout=30)
+    err = r.json()["error"]
+    assert r.status_code == 504 and err["type"] == "GatewayTimeoutError"
+    assert err["message"].startswith("prefill hop failed") and world.p1.url in err["message"]
+    assert wait_for(lambda: counters(world.p1)["requests_aborted"] == before + 1, timeout=3)
 
 
 def test_unreachable_decode_is_skipped_for_the_next_one(world):
