@@ -235,8 +235,10 @@ def prompt_starts_in_reasoning(reasoning: str | None, prompt_text: str,
     Open think tag in the last turn ⇒ True (case 23: Qwen3-2507 templates pre-open
     ``<think>``); a closed (possibly empty) think block ⇒ False (case 25: Qwen3 with
     ``enable_thinking: false``, whatever kwarg caused it); no tag ⇒ the family default under
-    the kwargs (e.g. qwen3 thinks unless ``enable_thinking`` is false; deepseek_v3 only when
-    ``thinking`` is true). Harmony and no reasoning parser ⇒ False.
+    the kwargs: True for deepseek_r1 / minimax_m2 (models that may omit the opening tag),
+    for deepseek_v3 only when ``thinking`` is true, False for families whose models write
+    ``<think>`` themselves (qwen3, glm45, kimi_k2; case 27 then routes text before the tag
+    to content). Harmony and no reasoning parser ⇒ False.
     """
     if not reasoning:
         return False

@@ -327,7 +327,8 @@ class JsonList:
 
 
 class JsonSequence:
-    """Envelopes separated by ``;`` (llama3_json: ``{…}; {…}``). Ends at the first non-``;``."""
+    """Envelopes separated by ``;`` or nothing (llama3_json ``{…}; {…}``, the Llama 4
+    template's ``{…}{…}``). Ends before the first character that continues neither."""
 
     kind = "sequence"
     __slots__ = ("fmt", "st", "env", "status")
@@ -367,6 +368,9 @@ class JsonSequence:
                     self.status = DONE
                 break
             if self.st == ";":
+                if text[j] == "{":
+                    pos, self.st = j, "o"
+                    continue
                 if text[j] != ";":
                     self.status = DONE
                     break

@@ -10,8 +10,8 @@ Theory of operation. Four states::
   reasoning (case 27: ``Sure.<think>checking</think>Done.`` → content ``Sure.Done.``).
   A tool-call start marker closes the door (a ``<think>`` inside tool arguments is text).
 * ``OPEN`` (the prompt left reasoning open, or the family starts there): text is
-  reasoning; one opening tag before any real text is absorbed (Qwen3 writes ``<think>``
-  itself when the template did not).
+  reasoning; one opening tag before any real text is absorbed together with the blanks
+  before it (Qwen3 writes ``<think>`` itself when the template did not).
 * ``IN``: reasoning until the FIRST end tag (case 29: later literal tags are content), or
   a tool-call start marker where the family says so (§5.4) — that marker is content,
   handed to the tool stage.
@@ -43,7 +43,10 @@ class ReasoningFormat:
     """One reasoning family.
 
     * ``start``/``end``: opening / closing markers.
-    * ``default_on``: starts in reasoning when the prompt shows no think block.
+    * ``default_on``: starts in reasoning when the prompt shows no think block. Off for
+      families whose models write their own opening tag (qwen3, glm45, kimi_k2): text
+      before that tag is then content (case 27), not reasoning. On where the model may
+      leave the tag out (deepseek_r1 original template, minimax_m2).
     * ``off_kwargs``: template kwargs that turn thinking off when set to false.
     * ``on_kwargs``: if non-empty, reasoning is parsed only when one of these kwargs is true
       (deepseek_v3: ``thinking``); otherwise the output is all content.
@@ -82,14 +85,16 @@ class ReasoningFormat:
 
 
 FORMATS: dict[str, ReasoningFormat] = {f.name: f for f in (
-    ReasoningFormat("qwen3", tool_ends=True, families="Qwen3, Qwen3-2507 thinking, QwQ"),
+    ReasoningFormat("qwen3", default_on=False, tool_ends=True,
+                    families="Qwen3, Qwen3-2507 thinking, QwQ"),
     ReasoningFormat("deepseek_r1", off_kwargs=(), families="DeepSeek R1 and distills"),
     ReasoningFormat("deepseek_v3", on_kwargs=("thinking", "enable_thinking"),
                     families="DeepSeek V3.1 / V3.2 (thinking flag)"),
     ReasoningFormat("holo2", on_kwargs=("thinking", "enable_thinking"), on_by_default=True,
                     families="Holo2 (deepseek_v3, thinking on by default)"),
-    ReasoningFormat("glm45", tool_ends=True, families="GLM-4.5 / 4.6 / 4.7"),
-    ReasoningFormat("kimi_k2", tool_ends=True, trim_trailing=True, families="Kimi K2 thinking"),
+    ReasoningFormat("glm45", default_on=False, tool_ends=True, families="GLM-4.5 / 4.6 / 4.7"),
+    ReasoningFormat("kimi_k2", default_on=False, tool_ends=True, trim_trailing=True,
+                    families="Kimi K2 thinking"),
     ReasoningFormat("minimax_m2", off_kwargs=(), tool_ends=True, families="MiniMax-M2"),
     ReasoningFormat("minimax_m2_append_think", content_prefix="<think>",
                     families="MiniMax-M2 (reasoning kept inline)"),
@@ -98,8 +103,8 @@ FORMATS: dict[str, ReasoningFormat] = {f.name: f for f in (
     ReasoningFormat("granite", start=("Here is my thought process:", "Here's my thought process:"),
                     end=("Here is my response:", "Here's my response:"), default_on=False,
                     families="Granite 3.2 / 3.3 (thinking=True)"),
-    ReasoningFormat("seed_oss", start=("<seed:think>",), end=("</seed:think>",), tool_ends=True,
-                    families="Seed-OSS"),
+    ReasoningFormat("seed_oss", start=("<seed:think>",), end=("</seed:think>",), default_on=False,
+                    tool_ends=True, families="Seed-OSS"),
 )}
 
 # Harmony (gpt-oss) reasoning lives in the channels; handled by parsers.harmony.
@@ -115,17 +120,17 @@ def starts_open(fmt: ReasoningFormat, prompt_text: str, kwargs: dict) -> bool:
     True; a closing tag after the last opening tag (the template wrote a closed, maybe
     empty, think block) ⇒ False; neither ⇒ the family default under ``kwargs``.
     """
-    if not fmt.active(kwargs):
+    if fmt.content_prefix is not None:
         return False
     turn = max((prompt_text.rfind(m) + len(m) for m in TURN_MARKERS if m in prompt_text), default=0)
     tail = prompt_text[turn:]
     last_start = max((tail.rfind(m) for m in fmt.start), default=-1)
     last_end = max((tail.rfind(m) for m in fmt.end), default=-1)
     if last_start > last_end:
-        return True
+        return True  # the prompt is the stronger signal than any kwarg
     if last_end >= 0:
         return False
-    return fmt.thinking(kwargs)
+    return fmt.active(kwargs) and fmt.thinking(kwargs)
 
 
 class ReasoningStage:
@@ -137,7 +142,8 @@ class ReasoningStage:
                  tool_markers: tuple[str, ...] = ()) -> None:
         self.fmt = fmt
         self.tool_markers = tool_markers
-        active = fmt.active(kwargs)
+        # an open think block in the prompt turns reasoning on even without the kwarg
+        active = fmt.content_prefix is None and (fmt.active(kwargs) or starts_in_reasoning)
         self.st = (OPEN if starts_in_reasoning else PRE) if active else DONE
         self.buf = ""      # held text (partial marker, or leading blanks in OPEN)
         self.ws = ""       # held trailing whitespace of reasoning (trim_trailing)
@@ -186,7 +192,8 @@ class ReasoningStage:
                 self.ws = ""
                 self.st = DONE
             elif m in fmt.start and st != IN:
-                self._emit(out, st == OPEN, before)
+                if st == PRE:  # blanks before an absorbed opening tag (OPEN) are dropped
+                    self._emit(out, False, before)
                 self.st = IN
             else:  # a tool-call start marker: reasoning (if any) is over, the marker is content
                 self._emit(out, st != PRE, before)

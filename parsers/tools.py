@@ -166,6 +166,7 @@ class ToolStage:
             self._stop = pos + i
             return None
         if m in fmt.section_end:
+            self.ws = ""
             self.st = self.outer = TEXT
         else:
             self._begin_call(m)
@@ -241,8 +242,10 @@ class ToolStage:
             self._stop = pos + i
             return None
         if m in fmt.call_end:
+            self.ws = ""
             self.st = self.outer
         elif m in fmt.section_end:
+            self.ws = ""
             self.st = self.outer = TEXT
         else:
             self._begin_call(m)
@@ -285,9 +288,17 @@ class ToolStage:
         self.calls.out.append(Content(s))
 
     def _junk(self, s: str) -> None:
-        """Text between calls inside a section or before an end marker: kept unless filler."""
-        if s.strip(_WS + self.fmt.junk):
-            self.calls.out.append(Content(s))
+        """Text inside a section or before an end marker: filler (blanks, the family's junk
+        characters) is held and dropped at the next marker; anything else is content."""
+        if not s:
+            return
+        s = self.ws + s
+        if not s.strip(_WS + self.fmt.junk):
+            self.ws = s
+            return
+        self.ws = ""
+        self.said = True
+        self.calls.out.append(Content(s))
 
 
 class PassThrough:

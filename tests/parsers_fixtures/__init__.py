@@ -1,0 +1,1 @@
+"""Shared data and helpers for tests/test_parsers_*.py."""

@@ -1,0 +1,91 @@
+"""Drive parsers the way derender does: pieces in, events out, state exported in between."""
+
+from __future__ import annotations
+
+import json
+
+from parsers.api import OutputParser, ParserSpec, create_parser, message_from_events
+from parsers.api import _coalesce as coalesce  # the parser's own merge of neighbouring events
+from parsers.events import ToolCallArguments, ToolCallEnd, ToolCallStart
+
+
+def pieces_of(text: str, size: int | None) -> list[str]:
+    """``text`` cut into pieces of ``size`` characters (``None``: one piece)."""
+    if not size:
+        return [text]
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+def run(spec: ParserSpec, pieces: list[str]) -> list:
+    """Feed ``pieces`` to one parser, then finish; all events in order."""
+    parser = create_parser(spec)
+    events = []
+    for piece in pieces:
+        events += parser.feed(piece)
+    return events + parser.finish()
+
+
+def run_restoring(spec: ParserSpec, pieces: list[str]) -> list:
+    """Like :func:`run`, but the parser is exported to JSON and restored before every piece."""
+    parser = create_parser(spec)
+    events = []
+    for piece in pieces:
+        state = json.loads(json.dumps(parser.export_state()))
+        parser = OutputParser.restore(spec, state)
+        events += parser.feed(piece)
+    state = json.loads(json.dumps(parser.export_state()))
+    return events + OutputParser.restore(spec, state).finish()
+
+
+def check_call_events(events: list) -> None:
+    """Start, Arguments…, End per call; indexes count from 0; every call's arguments are a JSON object."""
+    open_index = None
+    next_index = 0
+    args: dict[int, str] = {}
+    for ev in events:
+        if isinstance(ev, ToolCallStart):
+            assert open_index is None, f"call {ev.index} started inside call {open_index}"
+            assert ev.index == next_index
+            open_index, args[ev.index] = ev.index, ""
+        elif isinstance(ev, ToolCallArguments):
+            assert ev.index == open_index, "arguments outside their call"
+            args[ev.index] += ev.text
+        elif isinstance(ev, ToolCallEnd):
+            assert ev.index == open_index
+            open_index = None
+            next_index += 1
+    assert open_index is None, "a call was left open after finish()"
+    for index, text in args.items():
+        assert isinstance(json.loads(text), dict), f"call {index} arguments are not a JSON object: {text!r}"
+
+
+def assert_chunking_invariant(spec: ParserSpec, text: str, extra_splits: list[list[str]] = ()) -> list:
+    """One feed, 1-char feeds, 2/3/7-char feeds and ``extra_splits`` all give the same events.
+
+    Returns the coalesced events of the whole-text run.
+    """
+    whole = coalesce(run(spec, [text]))
+    check_call_events(whole)
+    for size in (1, 2, 3, 7):
+        got = coalesce(run(spec, pieces_of(text, size)))
+        assert got == whole, f"chunk size {size} differs"
+    for pieces in extra_splits:
+        assert coalesce(run(spec, pieces)) == whole, f"split {pieces!r} differs"
+    return whole
+
+
+def assert_restore_invariant(spec: ParserSpec, text: str) -> None:
+    """Export/restore before every character, and a two-piece split at every position."""
+    whole = coalesce(run(spec, [text]))
+    assert coalesce(run_restoring(spec, pieces_of(text, 1))) == whole
+    for k in range(len(text) + 1):
+        assert coalesce(run_restoring(spec, [text[:k], text[k:]])) == whole, f"restore at {k} differs"
+
+
+def parsed(spec: ParserSpec, pieces: list[str]):
+    """ParsedMessage assembled from a streamed run."""
+    return message_from_events(run(spec, pieces))
+
+
+__all__ = ["pieces_of", "run", "run_restoring", "check_call_events", "assert_chunking_invariant",
+           "assert_restore_invariant", "parsed", "coalesce"]
