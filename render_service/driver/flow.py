@@ -146,13 +146,14 @@ class Leg:
         pool, client = self.driver.pools["prefill"], self.driver.client()
         body = prefill_leg(self.gen)
         with self.timer.measure("prefill"):
-            for url in self.driver.candidates(pool, self.conversation):
+            attempts = self.driver.attempts("prefill", self.conversation)
+            for url in attempts:
                 with pool.use(url), self.scope.leg("prefill", url, self.engine_id):
                     try:
                         resp = await post_json(client, "prefill", url, GENERATE_PATH, body, self.headers)
                     except HopError as exc:
                         if exc.unreachable:
-                            self.driver.unreachable(pool, url, exc)
+                            attempts.failed(exc)
                             continue
                         raise
                 break
@@ -172,14 +173,15 @@ class Leg:
         pool, client = self.driver.pools["decode"], self.driver.client()
         content = orjson.dumps(decode_leg(self.gen, self.kv_params, continuous_usage))
         headers = {"content-type": "application/json", **self.headers}
-        for url in self.driver.candidates(pool, self.conversation):
+        attempts = self.driver.attempts("decode", self.conversation)
+        for url in attempts:
             request = client.build_request("POST", url + GENERATE_PATH, content=content, headers=headers)
             try:
                 response = await client.send(request, stream=True)
             except httpx.HTTPError as exc:
                 err = error_from_exception("decode", url, exc)
                 if err.unreachable:
-                    self.driver.unreachable(pool, url, err)
+                    attempts.failed(err)
                     continue
                 self.scope.to_abort.append(("decode", url, self.engine_id))
                 raise err from None
@@ -209,6 +211,26 @@ class Leg:
                 await response.aclose()
                 if not finished:
                     self.scope.to_abort.append(("decode", url, self.engine_id))
+
+
+class Attempts:
+    """The instances of one hop to try for one leg, best first (`Pool.order`). Iterating
+    past the last one raises a single 503 that lists every connect failure."""
+
+    def __init__(self, driver: "Driver", pool: Pool, key: str | None) -> None:
+        self.driver, self.pool, self.order = driver, pool, pool.order(key)
+        self.errors: list[str] = []
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.order
+        hop = self.pool.hop
+        raise HopError(hop, 503, f"{hop} hop failed: no {hop} engine could be reached: {'; '.join(self.errors)}.")
+
+    def failed(self, err: HopError) -> None:
+        """The last instance yielded could not be connected to; the next one is tried."""
+        log.warning("%s", err.message)
+        self.driver.metrics.upstream_errors.labels(self.pool.hop, "connect").inc()
+        self.errors.append(err.message.removeprefix(f"{self.pool.hop} hop failed: ").rstrip("."))
 
 
 class Collected:
@@ -329,17 +351,8 @@ class Driver:
         if self.observer is not None:
             self.observer(event, info)
 
-    @staticmethod
-    def candidates(pool: Pool, key: str | None) -> Iterator[str]:
-        """The pool's instances in order; raises one 503 naming all once none could be reached."""
-        tried = pool.order(key)
-        yield from tried
-        raise HopError(pool.hop, 503, f"{pool.hop} hop failed: no {pool.hop} engine could be reached "
-                                      f"(tried {', '.join(tried)}).", unreachable=False)
-
-    def unreachable(self, pool: Pool, url: str, err: HopError) -> None:
-        log.warning("%s", err.message)
-        self.metrics.upstream_errors.labels(pool.hop, "connect").inc()
+    def attempts(self, hop: str, key: str | None) -> "Attempts":
+        return Attempts(self, self.pools[hop], key)
 
     async def flush_aborts(self, scope: RequestScope) -> None:
         """Post ``/abort_requests`` for every leg recorded in ``scope`` (best effort, bounded
