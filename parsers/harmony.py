@@ -57,7 +57,8 @@ def read_header(header: str) -> tuple[str, str | None]:
 class HarmonyStage:
     """Turns Harmony output into reasoning, content and tool-call events."""
 
-    __slots__ = ("calls", "extract", "st", "buf", "header", "route", "sub", "emitted", "seen")
+    __slots__ = ("calls", "extract", "st", "buf", "header", "route", "sub", "emitted", "seen", "ws",
+                 "stray")
 
     def __init__(self, calls: Calls, extract_tools: bool) -> None:
         self.calls = calls
@@ -69,15 +70,18 @@ class HarmonyStage:
         self.sub: JsonValue | None = None
         self.emitted = False   # some argument text was written for the open call
         self.seen = ""         # fields that already have a message ("r", "c")
+        self.ws = ""           # blank stray text between messages (dropped unless text follows)
+        self.stray = False     # non-blank stray text was written since the last marker
 
     def export(self) -> dict:
         return {"st": self.st, "buf": self.buf, "header": self.header, "route": self.route,
                 "sub": self.sub.export() if self.sub else None, "emitted": self.emitted,
-                "seen": self.seen}
+                "seen": self.seen, "ws": self.ws, "stray": self.stray}
 
     def load(self, data: dict) -> None:
         self.st, self.buf, self.header = data["st"], data["buf"], data["header"]
         self.route, self.emitted, self.seen = data["route"], data["emitted"], data["seen"]
+        self.ws, self.stray = data["ws"], data["stray"]
         self.sub = JsonValue.load(data["sub"]) if data["sub"] else None
 
     def feed(self, text: str) -> None:
@@ -97,8 +101,7 @@ class HarmonyStage:
             i, m = find_marker(buf[pos:], markers, final)
             piece = buf[pos:pos + i]
             if st == OUT:
-                if piece.strip():
-                    self._text("c", piece)
+                self._stray(piece)
             elif st == HEAD:
                 self.header += piece
                 if len(self.header) > _MAX_HEADER:  # not a header after all
@@ -110,6 +113,7 @@ class HarmonyStage:
                 pos += i
                 break
             pos += i + len(m)
+            self.ws, self.stray = "", False
             if st == MSG:
                 self._end_message()
             if m == MESSAGE:
@@ -141,16 +145,13 @@ class HarmonyStage:
             self._text(self.route, s)
             return
         sub = self.sub
-        if sub.done or sub.error:
-            if s.strip():
-                self._text("c", s)
-            return
-        pos, rel = sub.feed(s)
-        if rel:
-            self.emitted = True
-            self.calls.args(rel)
-        if s[pos:].strip():  # text after the arguments object (or where it broke)
-            self._text("c", s[pos:])
+        pos = 0
+        if not (sub.done or sub.error):
+            pos, rel = sub.feed(s)
+            if rel:
+                self.emitted = True
+                self.calls.args(rel)
+        self._stray(s[pos:])  # text after the arguments object (or where it broke)
 
     def _end_message(self) -> None:
         if self.route == "t" and self.calls.open:
@@ -162,6 +163,15 @@ class HarmonyStage:
             self.calls.args(sub.repair() if self.emitted else "{}")
             self.calls.end()
         self.sub, self.route, self.st = None, "c", OUT
+
+    def _stray(self, s: str) -> None:
+        """Text outside any message: content, except blanks between messages."""
+        s = self.ws + s
+        if self.stray or s.strip():
+            self.ws, self.stray = "", True
+            self._text("c", s)
+        else:
+            self.ws = s
 
     def _text(self, route: str, s: str) -> None:
         self.calls.out.append(Reasoning(s) if route == "r" else Content(s))

@@ -25,8 +25,9 @@ The machine walks five states::
 
 Malformed output never raises and never loses text: until a call has *started*
 (``ToolCallStart`` written, which happens only once its name is validated), every raw
-character since the call marker is kept in ``raw`` and goes back to content if the call
-turns out malformed. After the start, text cannot be retracted: the body closes the
+character since the call marker — or since the section marker, while the section has no
+call yet — is kept in ``raw`` and goes back to content if the call turns out malformed
+(the section is then abandoned: its end marker will be plain content too). After the start, text cannot be retracted: the body closes the
 arguments with the minimal closers and the rest of the text is content again.
 """
 
@@ -57,7 +58,7 @@ class ToolStage:
     """
 
     __slots__ = ("fmt", "calls", "at_start", "named", "st", "outer", "buf", "raw", "header",
-                 "ws", "said", "fresh", "body", "_stop")
+                 "ws", "said", "fresh", "sec0", "body", "_stop")
 
     def __init__(self, fmt: ToolFormat, calls: Calls, at_start: dict[str, str],
                  named: str | None = None) -> None:
@@ -71,18 +72,20 @@ class ToolStage:
         self.raw = ""          # raw text of a call that has not started yet
         self.header = ""
         self.ws = ""           # blank content waiting to see what follows (dropped before/after calls)
-        self.said = False      # non-blank content was written
+        self.said = False      # the current run of content (since the last call) is not blank
         self.fresh = True      # nothing but whitespace seen yet
+        self.sec0 = -1         # call index when the current section began
         self.body = None
 
     # -- plain data -------------------------------------------------------------------
     def export(self) -> dict:
         return {"st": self.st, "outer": self.outer, "buf": self.buf, "raw": self.raw,
                 "header": self.header, "ws": self.ws, "said": self.said, "fresh": self.fresh,
+                "sec0": self.sec0,
                 "body": [self.body.kind, self.body.export()] if self.body else None}
 
     def load(self, data: dict) -> None:
-        for key in ("st", "outer", "buf", "raw", "header", "ws", "said", "fresh"):
+        for key in ("st", "outer", "buf", "raw", "header", "ws", "said", "fresh", "sec0"):
             setattr(self, key, data[key])
         body = data["body"]
         self.body = BODIES[body[0]].load(body[1], self.fmt) if body else None
@@ -96,6 +99,9 @@ class ToolStage:
         self._run(final=True)
         if self.st == HEADER:
             self._malformed()
+        if self.st == SECTION and self._empty_section():
+            self._content(self.raw)
+            self.raw = ""
         if self.ws and not self.calls.index:
             self.calls.out.append(Content(self.ws))  # blank output without calls stays content
         self.ws = ""
@@ -140,6 +146,7 @@ class ToolStage:
         self.fresh = False
         if m in self.fmt.section_begin:
             self.ws = ""
+            self.raw, self.sec0 = m, self.calls.index
             self.st = self.outer = SECTION
         else:
             self.outer = TEXT
@@ -161,11 +168,17 @@ class ToolStage:
     def _in_section(self, buf: str, pos: int, final: bool) -> int | None:
         fmt = self.fmt
         i, m = find_marker(buf[pos:], fmt.call_begin + fmt.section_end, final)
-        self._junk(buf[pos:pos + i])
+        if self._empty_section():
+            self.raw += buf[pos:pos + i]
+        else:
+            self._junk(buf[pos:pos + i])
         if m is None:
             self._stop = pos + i
             return None
         if m in fmt.section_end:
+            if self._empty_section():  # a section without a call is not a tool section
+                self._content(self.raw + m)
+                self.raw = ""
             self.ws = ""
             self.st = self.outer = TEXT
         else:
@@ -208,7 +221,8 @@ class ToolStage:
         calls, body = self.calls, self.body
         calls.boundary = False
         new = body.feed(buf, pos, final, calls)
-        self.raw = "" if calls.boundary else self.raw + buf[pos:new]
+        # raw text matters only while no call is open (it may still become content)
+        self.raw = "" if calls.boundary or calls.open else self.raw + buf[pos:new]
         if body.status == MORE and not calls.boundary:
             # the body took all it could: wait for more text, or end the input here
             if not final:
@@ -227,7 +241,7 @@ class ToolStage:
         if status == ERROR and not self.calls.boundary and self.raw:
             self._malformed()
             return pos
-        self.raw = ""
+        self.raw, self.said = "", False
         self.st = AFTER if self.fmt.call_end else self.outer
         return pos
 
@@ -253,8 +267,8 @@ class ToolStage:
 
     # -- helpers ----------------------------------------------------------------------
     def _begin_call(self, marker: str) -> None:
-        self.ws = ""
-        self.raw = marker
+        self.ws, self.said = "", False
+        self.raw += marker  # after the section marker, if the section has no call yet
         self.header = ""
         if self.fmt.header_end or self.fmt.header_peek or self.fmt.list_after_begin:
             self.st = HEADER
@@ -271,14 +285,19 @@ class ToolStage:
     def _malformed(self) -> None:
         """The call never started: its raw text is content, scanning resumes outside."""
         raw, self.raw, self.header = self.raw, "", ""
+        if self.outer == SECTION and self._empty_section():
+            self.outer = TEXT  # the section marker went back to content with the call
         self.st = self.outer
         self.body = None
         self._content(raw)
 
+    def _empty_section(self) -> bool:
+        return self.calls.index == self.sec0 and not self.calls.open
+
     def _content(self, s: str) -> None:
         if not s:
             return
-        if self.calls.index or not self.said:
+        if not self.said:
             s = self.ws + s
             if not s.strip():
                 self.ws = s
