@@ -109,7 +109,7 @@ class Responder:
     async def _start(self, status: int, headers: Mapping[str, str]) -> None:
         self.started, self.status = True, status
         await self.send({"type": "http.response.start", "status": status,
-                         "headers": [(k.encode(), v.encode()) for k, v in headers.items()]})
+                         "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]})
 
     async def _body(self, data: bytes) -> None:
         await self.send({"type": "http.response.body", "body": data, "more_body": True})
