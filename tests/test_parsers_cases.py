@@ -16,7 +16,7 @@ from conftest import CASES, MODELS, needs_shared
 
 from parsers.api import ParserSpec, message_from_events, parse_complete, prompt_starts_in_reasoning
 from parsers_fixtures.helpers import (assert_chunking_invariant, assert_restore_invariant, coalesce,
-                                      pieces_of, run, run_restoring)
+                                      pieces_of, run, run_restoring, token_pieces)
 from parsers_fixtures.samples import tool
 
 pytestmark = needs_shared
@@ -51,19 +51,11 @@ def expected_calls(calls: list[dict]) -> list[dict]:
 
 def per_token_chunks(model: str, text: str) -> list[str]:
     """``text`` split the way a streaming detokenizer of ``model`` would deliver it."""
-    tokenizers = pytest.importorskip("tokenizers")
+    pytest.importorskip("tokenizers")
     path = MODELS / model / "tokenizer.json"
     if not path.exists():
         pytest.skip(f"{path} not present")
-    tok = tokenizers.Tokenizer.from_file(str(path))
-    ids = tok.encode(text, add_special_tokens=False).ids
-    chunks, done = [], ""
-    for k in range(1, len(ids) + 1):
-        now = tok.decode(ids[:k], skip_special_tokens=False)
-        if now.endswith("\ufffd"):
-            continue  # an unfinished UTF-8 sequence: wait for the next token
-        chunks.append(now[len(done):])
-        done = now
+    chunks = token_pieces(path, text)
     assert "".join(chunks) == text
     return chunks
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from functools import lru_cache
+from pathlib import Path
 
 from parsers.api import OutputParser, ParserSpec, create_parser, message_from_events
 from parsers.api import _coalesce as coalesce  # the parser's own merge of neighbouring events
@@ -82,10 +84,33 @@ def assert_restore_invariant(spec: ParserSpec, text: str) -> None:
         assert coalesce(run_restoring(spec, [text[:k], text[k:]])) == whole, f"restore at {k} differs"
 
 
+@lru_cache(maxsize=None)
+def _tokenizer(path: str):
+    import tokenizers
+
+    return tokenizers.Tokenizer.from_file(path)
+
+
+def token_pieces(tokenizer_json: Path, text: str) -> list[str]:
+    """``text`` cut the way a streaming detokenizer delivers it: encode with the real
+    tokenizer, decode growing prefixes (specials kept), one piece per token (a token that
+    ends inside a UTF-8 sequence waits for the next one)."""
+    tok = _tokenizer(str(tokenizer_json))
+    ids = tok.encode(text, add_special_tokens=False).ids
+    pieces, done = [], ""
+    for k in range(1, len(ids) + 1):
+        now = tok.decode(ids[:k], skip_special_tokens=False)
+        if now.endswith("\ufffd"):
+            continue
+        pieces.append(now[len(done):])
+        done = now
+    return pieces
+
+
 def parsed(spec: ParserSpec, pieces: list[str]):
     """ParsedMessage assembled from a streamed run."""
     return message_from_events(run(spec, pieces))
 
 
 __all__ = ["pieces_of", "run", "run_restoring", "check_call_events", "assert_chunking_invariant",
-           "assert_restore_invariant", "parsed", "coalesce"]
+           "assert_restore_invariant", "parsed", "coalesce", "token_pieces"]
