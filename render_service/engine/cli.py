@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kv-load-failure-policy", choices=FAILURE_POLICIES, default="fail",
                         help="decode leg whose KV cannot be pulled: fail (500) or recompute the prompt")
     parser.add_argument("--n-ctx", type=int, default=2048, help="llama.cpp context length = max_model_len")
-    parser.add_argument("--n-threads", type=int, default=2, help="llama.cpp CPU threads")
+    parser.add_argument("--n-threads", type=int, default=1,
+                        help="llama.cpp CPU threads (default 1: a P/D pair on a small machine spins against itself with more)")
     parser.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
 
 
