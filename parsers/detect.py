@@ -23,6 +23,7 @@ _TOOL_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("<|python_start|>",), "llama4_pythonic"),
     (("<|python_tag|>",), "llama3_json"),
     (("functools",), "phi4_mini_json"),
+    (("<|tool|>", "<|/tool|>"), "phi4_mini_json"),
     (("<|start_header_id|>", '"parameters"'), "llama3_json"),
 )
 

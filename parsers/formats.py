@@ -97,6 +97,9 @@ def parse_header(how: str, header: str) -> tuple[str | None, str | None]:
             text = text[len("functions."):]
         name = text.rsplit(":", 1)[0] if ":" in text else text
         return (name.strip() or None), call_id
+    elif how == "mistral" and "[CALL_ID]" in text:
+        name, call_id = text.split("[CALL_ID]", 1)
+        return (name.strip() or None), (call_id.strip() or None)
     elif how.startswith("after:"):
         sep = how[len("after:"):]
         if sep not in text:
@@ -135,7 +138,7 @@ FORMATS: dict[str, ToolFormat] = {f.name: f for f in (
     ToolFormat("phi4_mini_json", "list", call_begin=("functools",), families="Phi-4-mini"),
     ToolFormat("xlam", "list", at_start=(("[", "list"),), families="xLAM (bare JSON list)"),
     ToolFormat("mistral", "args", call_begin=("[TOOL_CALLS]",), header_end=("[ARGS]",),
-               header_peek=("{",), list_after_begin=True,
+               header_peek=("{",), header="mistral", list_after_begin=True,
                families="Mistral 7B v0.3, NeMo, Small 3.x, Devstral, Magistral"),
     ToolFormat("deepseek_v3", "args", call_begin=(_DS_CALL,), section_begin=_DS_SECTION[0],
                section_end=_DS_SECTION[1], header_end=("```json",), header="after:" + _DS_SEP,

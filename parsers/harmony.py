@@ -7,7 +7,9 @@ Format (OpenAI Harmony, as in the gpt-oss chat template and the vLLM brief §5.3
     <|start|>assistant<|channel|>final<|message|>It is sunny.<|return|>
 
 Theory of operation. Three states: OUT (between messages; stray text is content), HEAD
-(collecting a message header up to ``<|message|>``) and MSG (a message body up to
+(collecting a message header up to ``<|message|>``; output starts here, because the
+prompt ends with ``<|start|>assistant`` and the model may go on with `` to=functions.x``)
+and MSG (a message body up to
 ``<|end|>``/``<|call|>``/``<|return|>``). The header decides where the body goes:
 
 * a recipient ``to=functions.NAME`` — or a bare ``to=NAME`` that is not a built-in tool —
@@ -63,7 +65,7 @@ class HarmonyStage:
     def __init__(self, calls: Calls, extract_tools: bool) -> None:
         self.calls = calls
         self.extract = extract_tools
-        self.st = OUT
+        self.st = HEAD         # the prompt ends with "<|start|>assistant": output opens in a header
         self.buf = ""          # held partial marker
         self.header = ""
         self.route = "c"       # body goes to: r reasoning, c content, t tool call
@@ -91,6 +93,9 @@ class HarmonyStage:
         self._run(self.buf, final=True)
         if self.st == MSG:
             self._end_message()
+        elif self.st == HEAD and "<|" not in self.header and "to=" not in self.header:
+            self._stray(self.header)  # never was a header: plain text is content
+            self.header = ""
 
     def _run(self, buf: str, final: bool) -> None:
         pos = 0

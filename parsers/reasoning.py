@@ -196,7 +196,8 @@ class ReasoningStage:
                     self._emit(out, False, before)
                 self.st = IN
             else:  # a tool-call start marker: reasoning (if any) is over, the marker is content
-                self._emit(out, st != PRE, before)
+                if st != OPEN:  # (in OPEN, ``before`` is only blanks: not worth a reasoning field)
+                    self._emit(out, st == IN, before)
                 self.ws = ""
                 self.st = DONE
                 out.append((False, m))

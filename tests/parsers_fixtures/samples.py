@@ -11,7 +11,7 @@ from parsers.api import ParserSpec
 
 def tool(name: str, **props: str) -> dict:
     """OpenAI tool dict with the given ``param=json_type`` properties."""
-    return {"type": "function", "function": {"name": name, "parameters": {
+    return {"type": "function", "function": {"name": name, "description": f"The {name} tool.", "parameters": {
         "type": "object", "properties": {k: {"type": t} for k, t in props.items()}}}}
 
 
