@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parsers import formats, reasoning
+from parsers import formats, reasoning, registry
 from parsers.api import ParserSpec, create_parser, message_from_events, parse_complete
 from parsers_fixtures.helpers import (assert_chunking_invariant, assert_restore_invariant, check_call_events,
                                       coalesce, run, run_restoring)
@@ -114,7 +114,7 @@ def test_text_is_not_lost_without_calls():
             continue
         stripped = text
         if msg.reasoning is not None:
-            fmt = reasoning.FORMATS[spec.reasoning]
+            fmt = registry.reasoning_format(spec.reasoning)
             for m in fmt.start + fmt.end:
                 if m in stripped and (m in fmt.end or not spec.starts_in_reasoning or stripped.index(m) < 3):
                     stripped = stripped.replace(m, "", 1)

@@ -244,3 +244,13 @@ def test_events_of_a_streamed_call():
     events += parser.finish()
     assert events == [Content("Hi "), ToolCallStart(0, "f"), ToolCallArguments(0, '{"a": "x'),
                       ToolCallArguments(0, 'y"}'), ToolCallEnd(0)]
+
+
+def test_supported_md_lists_every_parser():
+    from pathlib import Path
+
+    import parsers
+
+    text = (Path(parsers.__file__).parent / "SUPPORTED.md").read_text()
+    for name in tool_parser_names() + reasoning_parser_names():
+        assert f"`{name}`" in text, name

@@ -157,6 +157,16 @@ SAMPLES: list[tuple[str, ParserSpec, str]] = [
     ("phi4", spec("phi4_mini_json"), 'functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]'),
     ("xlam", spec("xlam"), '[{"name": "search", "arguments": {"query": "你好啊集团", "filters": {"n": "🚀 launch"}}}]'),
     ("xlam-not-list", spec("xlam"), "[1, 2, 3] are numbers"),
+    # other JSON envelope / list families
+    ("granite4", spec("granite4"), 'x<tool_call>{"name": "noop", "arguments": {}}</tool_call>'),
+    ("longcat", spec("longcat"),
+     '<longcat_tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</longcat_tool_call>'),
+    ("granite-20b-fc", spec("granite-20b-fc"),
+     '<function_call> {"name": "noop", "arguments": {}} <function_call> {"name": "get_weather", '
+     '"arguments": {"city": "Rome"}}'),
+    ("internlm", spec("internlm"),
+     'ok<|action_start|><|plugin|>\n{"name": "get_weather", "parameters": {"city": "Rome"}}<|action_end|>'),
+    ("hunyuan", spec("hunyuan_a13b"), '<tool_calls>[{"name": "noop", "arguments": {}}]</tool_calls>'),
     # deepseek
     ("deepseek-v3", spec("deepseek_v3", "deepseek_r1", thinking=True),
      "Plan.</think>Checking." + DS_CALLS_BEGIN + _ds3("get_weather", '{"city": "Paris"}') + "\n"
@@ -211,6 +221,8 @@ SAMPLES: list[tuple[str, ParserSpec, str]] = [
     # reasoning only
     ("r1-pre-opened", spec(None, "deepseek_r1", thinking=True), "R1</think>V1"),
     ("r1-with-tag", spec(None, "deepseek_r1", thinking=True), "<think>R1</think>V1"),
+    ("holo2", spec(None, "holo2", thinking=True), "R</think>V"),
+    ("step5", spec(None, "step5", thinking=True), "R</think>V"),
     ("granite-reasoning", spec(None, "granite"), "Here's my thought process: hmm Here's my response: ok"),
     ("granite-no-headers", spec(None, "granite"), "Just an answer. Here is my"),
     ("kimi-trim", spec(None, "kimi_k2", thinking=True), "<think>  Plan.  \n </think>Hi"),
@@ -295,6 +307,13 @@ EXPECTED = {
     'phi4': (None, None, [('get_weather', '{"city": "Paris"}')]),
     'xlam': (None, None, [('search', '{"query": "你好啊集团", "filters": {"n": "🚀 launch"}}')]),
     'xlam-not-list': (None, '[1, 2, 3] are numbers', []),
+    'granite4': (None, 'x', [('noop', '{}')]),
+    'longcat': (None, None, [('get_weather', '{"city": "Paris"}')]),
+    'granite-20b-fc': (None, None, [('noop', '{}'), ('get_weather', '{"city": "Rome"}')]),
+    'internlm': (None, 'ok', [('get_weather', '{"city": "Rome"}')]),
+    'hunyuan': (None, None, [('noop', '{}')]),
+    'holo2': ('R', 'V', []),
+    'step5': ('R', 'V', []),
     'deepseek-v3': ('Plan.', 'Checking. done', [('get_weather', '{"city": "Paris"}'), ('noop', '{}')]),
     'deepseek-v31': ('Plan.', None, [('get_weather', '{"city": "Paris"}'), ('noop', '{}')]),
     'deepseek-v31-thinking-off': (None, '<think>x</think>', [('noop', '{}')]),
