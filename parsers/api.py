@@ -175,7 +175,7 @@ class OutputParser:
         if final:
             stage.finish()
         self.calls.out = []
-        return _coalesce(out)
+        return merge_events(out)
 
     # -- state ------------------------------------------------------------------------
     def export_state(self) -> dict:
@@ -206,8 +206,10 @@ class OutputParser:
         return parser
 
 
-def _coalesce(events: list[Event]) -> list[Event]:
-    """Merge neighbouring text events of the same kind (and the same call)."""
+def merge_events(events: list[Event]) -> list[Event]:
+    """Merge neighbouring text events of the same kind (and the same call). ``feed`` and
+    ``finish`` return merged lists; merging the concatenation of several feeds' events
+    gives what one whole feed returns."""
     out: list[Event] = []
     for ev in events:
         if out and type(ev) is type(out[-1]):
@@ -278,6 +280,6 @@ def message_from_events(events: list[Event]) -> ParsedMessage:
 
 
 __all__ = ["ParserSpec", "OutputParser", "ParsedMessage", "ParsedToolCall", "create_parser",
-           "prompt_starts_in_reasoning", "parse_complete", "message_from_events",
+           "prompt_starts_in_reasoning", "parse_complete", "message_from_events", "merge_events",
            "reasoning_parser_names", "tool_parser_names", "detect_parsers",
            "Event", "Content", "Reasoning", "ToolCallStart", "ToolCallArguments", "ToolCallEnd"]

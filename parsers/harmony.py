@@ -30,7 +30,7 @@ import re
 from .calls import Calls
 from .events import Content, Reasoning
 from .jsonstream import JsonValue
-from .scanner import find_marker
+from .scanner import find_marker, release_run
 
 OUT, HEAD, MSG = "out", "head", "msg"
 START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
@@ -171,12 +171,9 @@ class HarmonyStage:
 
     def _stray(self, s: str) -> None:
         """Text outside any message: content, except blanks between messages."""
-        s = self.ws + s
-        if self.stray or s.strip():
-            self.ws, self.stray = "", True
+        s, self.ws, self.stray = release_run(self.ws, self.stray, s)
+        if s:
             self._text("c", s)
-        else:
-            self.ws = s
 
     def _text(self, route: str, s: str) -> None:
         self.calls.out.append(Reasoning(s) if route == "r" else Content(s))

@@ -272,10 +272,11 @@ class JsonList:
 
     kind = "list"
     __slots__ = ("fmt", "st", "env", "status")
+    FIRST = "["            # state before the first character
 
     def __init__(self, fmt=None) -> None:
         self.fmt = fmt
-        self.st = "["          # '[' open, 'e' first element or ']', 'E' element, ',' after element
+        self.st = self.FIRST
         self.env: JsonCall | None = None
         self.status = MORE
 
@@ -283,7 +284,7 @@ class JsonList:
         return [self.st, self.env.export() if self.env else None, self.status]
 
     @classmethod
-    def load(cls, data: list, fmt=None) -> "JsonList":
+    def load(cls, data: list, fmt=None):
         obj = cls(fmt)
         obj.st, env, obj.status = data
         obj.env = JsonCall.load(env) if env else None
@@ -295,99 +296,76 @@ class JsonList:
             if self.env is not None:
                 pos = self.env.feed(text, pos, final, calls)
                 if self.env.status == DONE:
-                    self.env, self.st = None, ","
+                    self.env = None
+                    self.st = self.after_element
                 elif self.env.status == ERROR:
                     self.status = ERROR
                 continue
-            c = text[pos]
-            st = self.st
-            if c in _WS:
-                pass
-            elif st == "[" and c == "[":
-                self.st = "e"
-            elif st in "eE" and c == "{":
-                self.env = JsonCall(self.fmt)
-                continue
-            elif (st == "e" or st == ",") and c == "]":
-                self.status = DONE
-            elif st == "," and c == ",":
-                self.st = "E"
-            else:
-                self.status = ERROR
+            new = self._between(text, pos, final)
+            if new is None:  # needs to see more text
                 break
-            pos += 1
+            pos = new
         return pos
+
+    after_element = ","
+
+    def _between(self, text: str, pos: int, final: bool) -> int | None:
+        """Structure outside the elements: ``[`` ``,`` ``]`` (states '[', 'e' first element
+        or ']', 'E' element, ',' after an element)."""
+        c, st = text[pos], self.st
+        if c in _WS:
+            return pos + 1
+        if st == "[" and c == "[":
+            self.st = "e"
+        elif st in "eE" and c == "{":
+            self.env = JsonCall(self.fmt)
+            return pos
+        elif (st == "e" or st == ",") and c == "]":
+            self.status = DONE
+        elif st == "," and c == ",":
+            self.st = "E"
+        else:
+            self.status = ERROR
+            return pos
+        return pos + 1
 
     def finish(self, calls: Calls) -> None:
         if self.env is not None:
             self.env.finish(calls)
             self.status = self.env.status
         else:
-            self.status = DONE if self.st != "[" else ERROR
+            self.status = DONE if self.st == self.after_element else ERROR
 
 
-class JsonSequence:
+class JsonSequence(JsonList):
     """Envelopes separated by ``;`` or nothing (llama3_json ``{…}; {…}``, the Llama 4
     template's ``{…}{…}``). Ends before the first character that continues neither."""
 
     kind = "sequence"
-    __slots__ = ("fmt", "st", "env", "status")
+    __slots__ = ()
+    FIRST = "o"            # 'o' an envelope must come, ';' after an envelope
+    after_element = ";"
 
-    def __init__(self, fmt=None) -> None:
-        self.fmt = fmt
-        self.st = "o"          # 'o' an envelope must come, ';' after an envelope
-        self.env: JsonCall | None = None
-        self.status = MORE
-
-    export = JsonList.export
-
-    @classmethod
-    def load(cls, data: list, fmt=None) -> "JsonSequence":
-        obj = cls(fmt)
-        obj.st, env, obj.status = data
-        obj.env = JsonCall.load(env) if env else None
-        return obj
-
-    def feed(self, text: str, pos: int, final: bool, calls: Calls) -> int:
+    def _between(self, text: str, pos: int, final: bool) -> int | None:
         n = len(text)
-        while pos < n and self.status == MORE and not calls.boundary:
-            if self.env is not None:
-                pos = self.env.feed(text, pos, final, calls)
-                if self.env.status == DONE:
-                    self.env, self.st = None, ";"
-                elif self.env.status == ERROR:
-                    self.status = ERROR
-                continue
-            j = pos
-            while j < n and text[j] in _WS:
-                j += 1
-            if j == n:  # undecided: leave the whitespace unconsumed
-                if self.st == "o":
-                    pos = j
-                elif final:
-                    self.status = DONE
-                break
-            if self.st == ";":
-                if text[j] == "{":
-                    pos, self.st = j, "o"
-                    continue
-                if text[j] != ";":
-                    self.status = DONE
-                    break
-                pos, self.st = j + 1, "o"
-            elif text[j] == "{":
-                pos, self.env = j, JsonCall(self.fmt)
-            else:
-                self.status = ERROR
-                break
+        j = pos
+        while j < n and text[j] in _WS:
+            j += 1
+        if j == n:  # blanks only: after an element they stay unconsumed until we know more
+            if self.st == "o":
+                return j
+            if final:
+                self.status = DONE
+            return None
+        c = text[j]
+        if c == "{":
+            self.st, self.env = "o", JsonCall(self.fmt)
+            return j
+        if self.st == ";" and c == ";":
+            self.st = "o"
+            return j + 1
+        self.status = DONE if self.st == ";" else ERROR
         return pos
-
-    def finish(self, calls: Calls) -> None:
-        if self.env is not None:
-            self.env.finish(calls)
-            self.status = self.env.status
-        else:
-            self.status = DONE if self.st == ";" else ERROR
 
 
 __all__ = ["JsonArgs", "JsonCall", "JsonList", "JsonSequence"]

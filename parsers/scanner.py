@@ -60,4 +60,22 @@ def held_suffix_len(buf: str, markers: Sequence[str]) -> int:
     return 0
 
 
-__all__ = ["find_marker", "held_suffix_len"]
+def release_run(held: str, started: bool, text: str, filler: str = " \t\r\n") -> tuple[str, str, bool]:
+    """Blank text at the start of a run of content waits to see what follows.
+
+    Between tool calls (or Harmony messages) models write newlines that are not part of
+    the answer; they must be dropped if the next thing is another call, but kept if real
+    text follows. Deciding on the text, not on how it was chunked, keeps streaming equal
+    to non-streaming. ``held``/``started`` are the caller's state (held blanks; whether the
+    current run already has real text). Returns ``(text to release now, held, started)``;
+    the caller drops ``held`` at the next marker.
+    """
+    if started:
+        return text, held, True
+    text = held + text
+    if not text.strip(filler):
+        return "", text, False
+    return text, "", True
+
+
+__all__ = ["find_marker", "held_suffix_len", "release_run"]

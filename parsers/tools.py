@@ -38,7 +38,7 @@ from .events import Content
 from .formats import ToolFormat, parse_header
 from .jsoncalls import JsonArgs, JsonCall, JsonList, JsonSequence
 from .pythonic import PythonCalls
-from .scanner import find_marker
+from .scanner import find_marker, release_run
 from .xmlcalls import XmlCall
 
 BODIES = {cls.kind: cls for cls in (JsonArgs, JsonCall, JsonList, JsonSequence, XmlCall, PythonCalls)}
@@ -294,30 +294,18 @@ class ToolStage:
     def _empty_section(self) -> bool:
         return self.calls.index == self.sec0 and not self.calls.open
 
-    def _content(self, s: str) -> None:
-        if not s:
-            return
-        if not self.said:
-            s = self.ws + s
-            if not s.strip():
-                self.ws = s
-                return
-            self.ws = ""
-        self.said = True
-        self.calls.out.append(Content(s))
+    def _content(self, s: str, filler: str = _WS) -> None:
+        """Content, with blanks (and ``filler``) at the start of a run held: see
+        :func:`parsers.scanner.release_run`."""
+        if s:
+            s, self.ws, self.said = release_run(self.ws, self.said, s, filler)
+            if s:
+                self.calls.out.append(Content(s))
 
     def _junk(self, s: str) -> None:
-        """Text inside a section or before an end marker: filler (blanks, the family's junk
-        characters) is held and dropped at the next marker; anything else is content."""
-        if not s:
-            return
-        s = self.ws + s
-        if not s.strip(_WS + self.fmt.junk):
-            self.ws = s
-            return
-        self.ws = ""
-        self.said = True
-        self.calls.out.append(Content(s))
+        """Text inside a section or before an end marker: the family's filler (blanks, a
+        code fence) is dropped at the next marker; anything else is content."""
+        self._content(s, _WS + self.fmt.junk)
 
 
 class PassThrough:

@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from parsers.api import OutputParser, ParserSpec, create_parser, message_from_events
-from parsers.api import _coalesce as coalesce  # the parser's own merge of neighbouring events
+from parsers.api import merge_events as coalesce
 from parsers.events import ToolCallArguments, ToolCallEnd, ToolCallStart
 
 
