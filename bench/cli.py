@@ -1,8 +1,8 @@
 """``render-service bench``: load-test render servers and compare them in one run.
 
-Order of a run: check every URL is loopback (unless ``--allow-remote``) → load the local
-tokenizer → start ``--spawn``ed servers → preflight each target (reachable, models,
-tokenizer parity, CPU meter) → per workload: build its prompts (`Workload.prepare`),
+Order of a run: check every URL is loopback (unless ``--allow-remote``) → start
+``--spawn``ed servers → check every target answers → load the local tokenizer → preflight
+each target (models, tokenizer parity, CPU meter) → per workload: build its prompts (`Workload.prepare`),
 warm up every target, run the main measurement in ``--rounds`` interleaved rounds (ABBA
 order, so slow drift of a shared machine hits every target alike), then the ``--sweep``
 (each rate on every target before the next rate) → print the table → write
@@ -25,7 +25,8 @@ from pathlib import Path
 from .loadgen import Bounds, LoadSpec, run_phase
 from .report import SCHEMA, comparison, run_record, table
 from .stats import meets_slo, slo_capacity
-from .targets import SpawnedServer, Target, TargetError, check_url, post_json, preflight, spawn_args, spawned_model
+from .targets import (SpawnedServer, Target, TargetError, check_reachable, check_url, post_json, preflight, spawn_args,
+                      spawned_model)
 from .tokens import TokenizerLoadError, load_tokenizer
 from .workloads import WORKLOADS, Probe, Workload
 
@@ -162,10 +163,12 @@ def _run(args: argparse.Namespace) -> int:
     tok_dir = args.tokenizer or (spawned_model(args.spawn) if args.spawn else None)
     if tok_dir is not None and not Path(tok_dir).is_dir() and args.tokenizer is None:
         tok_dir = None  # a spawned GGUF or hub id: the bench cannot read its tokenizer; embedded default
-    tokenizer = load_tokenizer(tok_dir)
     spawned: list[SpawnedServer] = []
     try:
         targets = _targets(args, urls, workloads, spawned)
+        for target in targets:
+            check_reachable(target)
+        tokenizer = load_tokenizer(tok_dir)
         for target in targets:
             for message in preflight(target, tokenizer):
                 _warn(message)

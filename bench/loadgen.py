@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 import orjson
 
-from .workloads import Call, InvalidResponse, Workload
+from .workloads import Call, InvalidResponse, Session, Workload
 
 _JSON = {"content-type": "application/json"}
 _SAMPLE_CHARS = 300
@@ -142,7 +142,9 @@ class Phase:
 
         async def worker() -> None:
             while self._may_issue():
-                await self._session(next(indices), None)
+                started = self._start(next(indices))
+                if started is not None:
+                    await self._drive(*started, None)
 
         await asyncio.gather(*(worker() for _ in range(self.load.concurrency)))
 
@@ -153,26 +155,37 @@ class Phase:
             arrival += rng.expovariate(self.load.rate)
             if arrival >= self.end:
                 break
+            started = self._start(index)  # build the first request before it is due, not after
             await asyncio.sleep(max(0.0, arrival - self.loop.time()))
             if not self._may_issue():
+                if started is not None:
+                    started[0].close()
                 break
-            tasks.append(asyncio.ensure_future(self._session(index, arrival)))
+            if started is not None:
+                tasks.append(asyncio.ensure_future(self._drive(*started, arrival)))
         if tasks:
             await asyncio.gather(*tasks)
 
-    async def _session(self, index: int, due: float | None) -> None:
-        res = self.result
+    def _start(self, index: int) -> tuple[Session, Call] | None:
+        """Session ``index`` and its first call (None for an empty session)."""
         gen = self.workload.session(index)
         try:
-            call = next(gen)
+            return gen, next(gen)
         except StopIteration:
-            return
-        res.sessions_started += 1
+            return None
+
+    async def _drive(self, gen: Session, call: Call, due: float | None) -> None:
+        """Send the session's calls in order until it ends, fails or a bound is hit."""
+        res, first = self.result, True
         while True:
             if not self._may_issue():
-                res.sessions_cut += 1
+                if not first:  # a session that never sent anything did not start
+                    res.sessions_cut += 1
                 gen.close()
                 return
+            if first:
+                res.sessions_started += 1
+                first = False
             ok, answer = await self._request(call, due)
             if not ok:
                 res.sessions_failed += 1

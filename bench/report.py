@@ -140,6 +140,8 @@ def _main_rows(runs: list[dict], workload: Workload, unit: str) -> list[str]:
     spec += [("server CPU ms/req", lambda r: r["cpu_ms_per_req"], "ms", True),
              ("server cores busy", lambda r: r["cores_busy"], ".2f", False),
              ("bench client cores busy", lambda r: r["client_cores_busy"], ".2f", False)]
+    if any(r["client_send_lag_p99_ms"] is not None for r in runs):
+        spec.append(("bench client send lag p99 ms", lambda r: r["client_send_lag_p99_ms"], "ms", False))
     rows = []
     for label, get, fmt, compare in spec:
         values = [get(r) for r in runs]

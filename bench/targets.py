@@ -264,15 +264,20 @@ def post_json(url: str, path: str, body: dict, timeout: float = 60.0) -> Any:
 TOKENIZE_SAMPLE = "Hello, world! def f(x):\n    return x * 42  # naïve café 東京 <think>"
 
 
-def preflight(target: Target, tokenizer) -> list[str]:
-    """Check the target answers and note what it serves in ``target.info``.
-
-    Returns warnings (tokenizer mismatch). Raises TargetError when it cannot be reached.
-    """
+def check_reachable(target: Target) -> None:
+    """Raise TargetError unless ``target`` answers HTTP at all (any status)."""
     try:
         httpx.get(target.url + "/health", timeout=10, trust_env=False)
     except httpx.HTTPError as exc:
         raise TargetError(f"{target.name} {target.url} cannot be reached: {type(exc).__name__}: {exc}") from None
+
+
+def preflight(target: Target, tokenizer) -> list[str]:
+    """Note what the (reachable) target serves in ``target.info``: models, context length,
+    version, and whether its ``/tokenize`` agrees with the bench's tokenizer.
+
+    Returns warnings (tokenizer mismatch).
+    """
     models = get_json(target.url, "/v1/models")
     data = models.get("data") if isinstance(models, dict) else None
     if isinstance(data, list) and data and isinstance(data[0], dict):

@@ -6,7 +6,6 @@ lengths, error accounting and the files written are.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import struct

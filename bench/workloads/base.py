@@ -79,6 +79,15 @@ def check_render(resp: Any) -> dict:
     return {"prompt_tokens": len(resp["token_ids"])}
 
 
+def check_choice(resp: Any, what: str) -> dict:
+    """``choices[0]`` of a chat completion (``what`` names it in the error); raises
+    `InvalidResponse` unless it has a ``message`` object."""
+    require(isinstance(resp, dict) and isinstance(resp.get("choices"), list) and resp["choices"]
+            and isinstance(resp["choices"][0], dict) and isinstance(resp["choices"][0].get("message"), dict),
+            f"{what} without choices[0].message")
+    return resp["choices"][0]
+
+
 def with_model(body: dict, model: str | None) -> dict:
     """``body`` with ``model`` set when the operator named one (null is accepted otherwise)."""
     return {"model": model, **body} if model is not None else body
@@ -135,7 +144,11 @@ class ExactPrompts:
 
     Building a 9k-token text takes a few encodes (~0.1 s), so a small pool is built once
     in `prepare` and reused with a new ticket number per request: every request's text is
-    different from its first token on, so no prefix or segment cache can help.
+    different from its first token on, so no prefix, segment or response cache can help.
+    Word-level caches inside tokenizers do see the same words again — as they would on
+    any real traffic once warm (measured with fastokens on this corpus: a 9k-token text
+    never seen costs ~0.2 ms, unseen slices made of words seen before ~0.09 ms, the same
+    body again ~0.06 ms).
     """
 
     QUESTION = "\n```\nWhere in this code are errors swallowed instead of reported? Answer with file names and a fix."

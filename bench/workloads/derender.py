@@ -28,7 +28,7 @@ from collections import Counter
 from .. import corpus
 from ..stats import latency_summary
 from ..tokens import BenchTokenizer
-from .base import DERENDER_PATH, RENDER_PATH, Call, Probe, Session, Workload, require, with_model
+from .base import DERENDER_PATH, RENDER_PATH, Call, Probe, Session, Workload, check_choice, require, with_model
 
 WINDOW = 50  # chunks per position window (positions 0, L/4, L/2, 3L/4 of the call)
 
@@ -69,9 +69,7 @@ def _gen_choice(ids: list[int], finish: str | None) -> dict:
 
 
 def _check_message(resp) -> dict:
-    require(isinstance(resp, dict) and isinstance(resp.get("choices"), list) and resp["choices"]
-            and isinstance(resp["choices"][0].get("message"), dict), "derender response without choices[0].message")
-    choice = resp["choices"][0]
+    choice = check_choice(resp, "derender response")
     return {"tool_calls": len(choice["message"].get("tool_calls") or []), "finish_reason": choice.get("finish_reason")}
 
 

@@ -15,13 +15,11 @@ from collections import Counter
 
 from .. import corpus
 from ..stats import latency_summary
-from .base import CHAT_PATH, Call, ExactPrompts, Probe, Session, Workload, require, with_model
+from .base import CHAT_PATH, Call, ExactPrompts, Probe, Session, Workload, check_choice, require, with_model
 
 
 def _check_completion(resp) -> dict:
-    require(isinstance(resp, dict) and isinstance(resp.get("choices"), list) and resp["choices"]
-            and isinstance(resp["choices"][0].get("message"), dict), "chat completion without choices[0].message")
-    choice = resp["choices"][0]
+    choice = check_choice(resp, "chat completion")
     usage = resp.get("usage") or {}
     return {"finish_reason": choice.get("finish_reason"), "completion_tokens": usage.get("completion_tokens")}
 
