@@ -63,18 +63,19 @@ class PythonCalls:
 
     def __init__(self, fmt=None) -> None:
         self.st = "["          # '[' open, 'e' first call or ']', 'E' call, 'c' in a call, ',' after
-        self.cur = ""          # text of the call in progress
+        self.cur: list[str] = []  # text of the call in progress, in pieces (joined when complete)
         self.depth = 0         # open brackets inside the call
         self.quote = ""        # open string delimiter inside the call (' " ''' \"\"\")
         self.status = MORE
 
     def export(self) -> list:
-        return [self.st, self.cur, self.depth, self.quote, self.status]
+        return [self.st, "".join(self.cur), self.depth, self.quote, self.status]
 
     @classmethod
     def load(cls, data: list, fmt=None) -> "PythonCalls":
         obj = cls()
-        obj.st, obj.cur, obj.depth, obj.quote, obj.status = data
+        obj.st, cur, obj.depth, obj.quote, obj.status = data
+        obj.cur = [cur] if cur else []
         return obj
 
     def feed(self, text: str, pos: int, final: bool, calls: Calls) -> int:
@@ -97,7 +98,7 @@ class PythonCalls:
             elif st == "," and c == ",":
                 self.st, pos = "E", pos + 1
             elif st in "eE" and (c.isalpha() or c == "_"):
-                self.st, self.cur, self.depth, self.quote = "c", "", 0, ""
+                self.st, self.cur, self.depth, self.quote = "c", [], 0, ""
             else:
                 self.status = ERROR
         return pos
@@ -129,8 +130,8 @@ class PythonCalls:
                 pos += len(self.quote)
                 continue
             if self.depth == 0 and c != "(":
-                if not _NAME_SO_FAR.match(self.cur + text[start:pos + 1]):
-                    self.cur += text[start:pos]
+                if not _NAME_SO_FAR.match("".join(self.cur) + text[start:pos + 1]):
+                    self.cur.append(text[start:pos])
                     self.status = ERROR
                     return pos
                 pos += 1
@@ -141,22 +142,22 @@ class PythonCalls:
                 self.depth -= 1
                 if self.depth == 0:
                     pos += 1
-                    self.cur += text[start:pos]
+                    self.cur.append(text[start:pos])
                     self._emit(calls)
                     return pos
             pos += 1
-        self.cur += text[start:pos]
+        self.cur.append(text[start:pos])
         return pos
 
     def _emit(self, calls: Calls) -> None:
-        parsed = call_to_json(self.cur)
+        parsed = call_to_json("".join(self.cur))
         if parsed is None or not calls.valid(parsed[0]):
             self.status = ERROR
             return
         calls.start(parsed[0])
         calls.args(parsed[1])
         calls.end()
-        self.st, self.cur = ",", ""
+        self.st, self.cur = ",", []
 
     def finish(self, calls: Calls) -> None:
         # an unfinished call is never guessed; a list missing only its ']' is accepted

@@ -69,7 +69,7 @@ class ToolStage:
         self.st = TEXT
         self.outer = TEXT      # where a call returns to: TEXT or SECTION
         self.buf = ""          # unconsumed text (held partial marker / undecided lookahead)
-        self.raw = ""          # raw text of a call that has not started yet
+        self.raw: list[str] = []  # raw text of a call that has not started yet (pieces)
         self.header = ""
         self.ws = ""           # blank content waiting to see what follows (dropped before/after calls)
         self.said = False      # the current run of content (since the last call) is not blank
@@ -79,14 +79,15 @@ class ToolStage:
 
     # -- plain data -------------------------------------------------------------------
     def export(self) -> dict:
-        return {"st": self.st, "outer": self.outer, "buf": self.buf, "raw": self.raw,
+        return {"st": self.st, "outer": self.outer, "buf": self.buf, "raw": "".join(self.raw),
                 "header": self.header, "ws": self.ws, "said": self.said, "fresh": self.fresh,
                 "sec0": self.sec0,
                 "body": [self.body.kind, self.body.export()] if self.body else None}
 
     def load(self, data: dict) -> None:
-        for key in ("st", "outer", "buf", "raw", "header", "ws", "said", "fresh", "sec0"):
+        for key in ("st", "outer", "buf", "header", "ws", "said", "fresh", "sec0"):
             setattr(self, key, data[key])
+        self.raw = [data["raw"]] if data["raw"] else []
         body = data["body"]
         self.body = BODIES[body[0]].load(body[1], self.fmt) if body else None
 
@@ -100,8 +101,8 @@ class ToolStage:
         if self.st == HEADER:
             self._malformed()
         if self.st == SECTION and self._empty_section():
-            self._content(self.raw)
-            self.raw = ""
+            self._content("".join(self.raw))
+            self.raw = []
         if self.ws and not self.calls.index:
             self.calls.out.append(Content(self.ws))  # blank output without calls stays content
         self.ws = ""
@@ -134,7 +135,7 @@ class ToolStage:
                 return None
             self.fresh = False
             if kind:
-                self.raw = ""
+                self.raw = []
                 self._open(kind)
                 return j
         markers = self.fmt.text_markers
@@ -146,7 +147,7 @@ class ToolStage:
         self.fresh = False
         if m in self.fmt.section_begin:
             self.ws = ""
-            self.raw, self.sec0 = m, self.calls.index
+            self.raw, self.sec0 = [m], self.calls.index
             self.st = self.outer = SECTION
         else:
             self.outer = TEXT
@@ -169,7 +170,7 @@ class ToolStage:
         fmt = self.fmt
         i, m = find_marker(buf[pos:], fmt.call_begin + fmt.section_end, final)
         if self._empty_section():
-            self.raw += buf[pos:pos + i]
+            self.raw.append(buf[pos:pos + i])
         else:
             self._junk(buf[pos:pos + i])
         if m is None:
@@ -177,8 +178,8 @@ class ToolStage:
             return None
         if m in fmt.section_end:
             if self._empty_section():  # a section without a call is not a tool section
-                self._content(self.raw + m)
-                self.raw = ""
+                self._content("".join(self.raw) + m)
+                self.raw = []
             self.ws = ""
             self.st = self.outer = TEXT
         else:
@@ -192,12 +193,12 @@ class ToolStage:
             while j < len(buf) and buf[j] in _WS:
                 j += 1
             if j < len(buf) and buf[j] == "[":
-                self.raw += buf[pos:j]
+                self.raw.append(buf[pos:j])
                 self._open("list")
                 return j
         i, m = find_marker(buf[pos:], fmt.header_end + fmt.header_peek, final)
         self.header += buf[pos:pos + i]
-        self.raw += buf[pos:pos + i]
+        self.raw.append(buf[pos:pos + i])
         if m is None:
             self._stop = pos + i
             if len(self.header) > _MAX_HEADER:
@@ -207,13 +208,13 @@ class ToolStage:
         end = pos + i
         if m in fmt.header_end:
             end += len(m)
-            self.raw += m
+            self.raw.append(m)
         name, call_id = parse_header(fmt.header, self.header)
         if name is None or not self.calls.valid(name):
             self._malformed()
             return end
         self.calls.start(name, call_id)
-        self.raw = self.header = ""
+        self.raw, self.header = [], ""
         self._open(fmt.body)
         return end
 
@@ -222,7 +223,10 @@ class ToolStage:
         calls.boundary = False
         new = body.feed(buf, pos, final, calls)
         # raw text matters only while no call is open (it may still become content)
-        self.raw = "" if calls.boundary or calls.open else self.raw + buf[pos:new]
+        if calls.boundary or calls.open:
+            self.raw = []
+        else:
+            self.raw.append(buf[pos:new])
         if body.status == MORE and not calls.boundary:
             # the body took all it could: wait for more text, or end the input here
             if not final:
@@ -230,7 +234,7 @@ class ToolStage:
                 return None
             body.finish(calls)
             if calls.boundary:
-                self.raw = ""
+                self.raw = []
         return self._after_body(new)
 
     def _after_body(self, pos: int) -> int:
@@ -238,10 +242,10 @@ class ToolStage:
         if status == MORE:
             return pos
         self.body = None
-        if status == ERROR and not self.calls.boundary and self.raw:
+        if status == ERROR and not self.calls.boundary and any(self.raw):
             self._malformed()
             return pos
-        self.raw, self.said = "", False
+        self.raw, self.said = [], False
         self.st = AFTER if self.fmt.call_end else self.outer
         return pos
 
@@ -268,7 +272,7 @@ class ToolStage:
     # -- helpers ----------------------------------------------------------------------
     def _begin_call(self, marker: str) -> None:
         self.ws, self.said = "", False
-        self.raw += marker  # after the section marker, if the section has no call yet
+        self.raw.append(marker)  # after the section marker, if the section has no call yet
         self.header = ""
         if self.fmt.header_end or self.fmt.header_peek or self.fmt.list_after_begin:
             self.st = HEADER
@@ -284,7 +288,7 @@ class ToolStage:
 
     def _malformed(self) -> None:
         """The call never started: its raw text is content, scanning resumes outside."""
-        raw, self.raw, self.header = self.raw, "", ""
+        raw, self.raw, self.header = "".join(self.raw), [], ""
         if self.outer == SECTION and self._empty_section():
             self.outer = TEXT  # the section marker went back to content with the call
         self.st = self.outer
