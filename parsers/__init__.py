@@ -3,7 +3,7 @@
 Public API: :mod:`parsers.api` (re-exported here). Vocabulary: :mod:`parsers.events`.
 """
 
-from .api import (  # noqa: F401
+from .api import (
     OutputParser,
     ParsedMessage,
     ParsedToolCall,
@@ -16,4 +16,8 @@ from .api import (  # noqa: F401
     reasoning_parser_names,
     tool_parser_names,
 )
-from .events import Content, Event, Reasoning, ToolCallArguments, ToolCallEnd, ToolCallStart  # noqa: F401
+from .events import Content, Event, Reasoning, ToolCallArguments, ToolCallEnd, ToolCallStart
+
+__all__ = ["OutputParser", "ParsedMessage", "ParsedToolCall", "ParserSpec", "create_parser", "detect_parsers",
+           "message_from_events", "parse_complete", "prompt_starts_in_reasoning", "reasoning_parser_names",
+           "tool_parser_names", "Content", "Event", "Reasoning", "ToolCallArguments", "ToolCallEnd", "ToolCallStart"]

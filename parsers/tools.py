@@ -27,13 +27,14 @@ Malformed output never raises and never loses text: until a call has *started*
 (``ToolCallStart`` written, which happens only once its name is validated), every raw
 character since the call marker — or since the section marker, while the section has no
 call yet — is kept in ``raw`` and goes back to content if the call turns out malformed
-(the section is then abandoned: its end marker will be plain content too). After the start, text cannot be retracted: the body closes the
-arguments with the minimal closers and the rest of the text is content again.
+(the section is then abandoned: its end marker will be plain content too). After the
+start, text cannot be retracted: the body closes the arguments with the minimal closers
+and the rest of the text is content again.
 """
 
 from __future__ import annotations
 
-from .calls import DONE, ERROR, MORE, Calls
+from .calls import ERROR, MORE, Calls
 from .events import Content
 from .formats import ToolFormat, parse_header
 from .jsoncalls import JsonArgs, JsonCall, JsonList, JsonSequence
