@@ -1,9 +1,9 @@
 """``render-service bench``: load-test render servers and compare them in one run.
 
 Order of a run: check every URL is loopback (unless ``--allow-remote``) → start
-``--spawn``ed servers → check every target answers → load the local tokenizer → preflight
-each target (models, tokenizer parity, CPU meter) → per workload: build its prompts (`Workload.prepare`),
-warm up every target, run the main measurement in ``--rounds`` interleaved rounds (ABBA
+``--spawn``ed servers → check every target answers → load the local tokenizer →
+preflight each target (models, tokenizer parity, CPU meter) → per workload: build its
+prompts (`Workload.prepare`), warm up every target, run the main measurement in ``--rounds`` interleaved rounds (ABBA
 order, so slow drift of a shared machine hits every target alike), then the ``--sweep``
 (each rate on every target before the next rate) → print the table → write
 ``results.json`` and the plots into ``--out``.
@@ -33,6 +33,17 @@ from .workloads import WORKLOADS, Probe, Workload
 ROUND_BASE = 10**6          # session index base of round r: r * ROUND_BASE
 SWEEP_BASE = 100 * 10**6    # sweep step s: SWEEP_BASE + s * ROUND_BASE
 WARMUP_BASE = 999 * 10**6
+
+DESCRIPTION = """\
+Load-test one or more wire-compatible render servers (`render-service serve`, `vllm launch
+render`) with the same workload, interleaved, and print their figures side by side with
+ratios: req/s, p50/p90/p99 latency, errors by kind, server CPU per request, and with
+--sweep/--slo-ms the highest rate that meets the SLO and what --target-rate needs.
+Traffic goes to loopback addresses only, unless --allow-remote.
+
+Exit codes: 0 measured; 1 a target answered nothing successfully in some run; 2 bad flags,
+an unreachable target, or a spawned server that would not start.
+"""
 
 EPILOG = """\
 examples:
@@ -73,7 +84,7 @@ def _positive(kind):
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``bench`` subcommand (``set_defaults(func=run)``) to the top-level CLI."""
     p = subparsers.add_parser("bench", help="capacity bench for render servers (ours or vLLM's)",
-                              description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("workloads", nargs="+", choices=sorted(WORKLOADS), metavar="WORKLOAD",
                    help=f"one or more of: {', '.join(WORKLOADS)}")
     g = p.add_argument_group("targets")

@@ -17,7 +17,7 @@ import pytest
 from bench.stats import latency_summary, percentile, slo_capacity
 from bench.targets import TargetError, check_url, spawn_args
 from render_service.cli import main
-from tests.conftest import MODELS, needs_shared, render_server, serve_app
+from conftest import MODELS, free_port, needs_shared, render_server, serve_app
 
 QWEN = MODELS / "qwen3"
 PARSERS = dict(reasoning_parser="qwen3", tool_call_parser="hermes", enable_auto_tool_choice=True)
@@ -182,7 +182,6 @@ def test_every_request_failing_is_counted_and_exits_1(qwen_pair, tmp_path, capsy
 
 
 def test_unreachable_target_and_bad_flags_exit_2(capsys):
-    from tests.conftest import free_port
 
     assert bench("render-long", "--target", f"http://127.0.0.1:{free_port()}", "--quiet") == 2
     assert "cannot be reached" in capsys.readouterr().err
