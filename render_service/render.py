@@ -63,15 +63,9 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
 
     reasoning_active = bool(config.reasoning_parser)
     parser_active = reasoning_active or (tool_parser_active(config) and tool_choice != "none")
-    skip_special = _skip_special_tokens(req, bundle, parser_active)
-    sampling_params = build_sampling_params(
-        req,
-        max_tokens=max_tokens,
-        generation_config=bundle.generation_config,
-        eos_token_ids=bundle.eos_token_ids,
-        skip_special_tokens=skip_special,
-        logprobs=(req.top_logprobs or 0) if req.logprobs else None,
-        prompt_logprobs=req.prompt_logprobs,
+    sampling_params = _sampling_params(
+        req, bundle, max_tokens, _skip_special_tokens(req, bundle, parser_active),
+        (req.top_logprobs or 0) if req.logprobs else None, req.prompt_logprobs,
     )
 
     effective_kwargs = {
@@ -133,16 +127,8 @@ def render_completion(
             raise bad_request("The prompt is empty after tokenization.", "prompt")
         token_ids = _truncate(token_ids, req.truncate_prompt_tokens, bundle.max_model_len)
         max_tokens = resolve_max_tokens(bundle, len(token_ids), req.max_tokens, "max_tokens")
-        skip_special = req.skip_special_tokens if req.skip_special_tokens is not None else bool(
-            bundle.generation_config.get("skip_special_tokens", True)
-        )
-        sampling_params = build_sampling_params(
-            req,
-            max_tokens=max_tokens,
-            generation_config=bundle.generation_config,
-            eos_token_ids=bundle.eos_token_ids,
-            skip_special_tokens=skip_special,
-            logprobs=req.logprobs if req.logprobs is not None else None,
+        sampling_params = _sampling_params(
+            req, bundle, max_tokens, _skip_special_tokens(req, bundle, parser_active=False), req.logprobs
         )
         rid = f"cmpl-{request_id}" if len(prompts) == 1 else f"cmpl-{request_id}-{i}"
         out.append(
@@ -276,7 +262,19 @@ def _template_and_kwargs(bundle: ModelBundle, config: ServeConfig, req: ChatComp
     return template, kwargs
 
 
-def _skip_special_tokens(req: ChatCompletionRequest, bundle: ModelBundle, parser_active: bool) -> bool:
+def _sampling_params(req, bundle: ModelBundle, max_tokens: int, skip_special: bool, logprobs, prompt_logprobs=None):
+    return build_sampling_params(
+        req,
+        max_tokens=max_tokens,
+        generation_config=bundle.generation_config,
+        eos_token_ids=bundle.eos_token_ids,
+        skip_special_tokens=skip_special,
+        logprobs=logprobs,
+        prompt_logprobs=prompt_logprobs,
+    )
+
+
+def _skip_special_tokens(req, bundle: ModelBundle, parser_active: bool) -> bool:
     if parser_active:
         return False  # markers such as <tool_call> or [TOOL_CALLS] must survive decoding (case 22)
     if req.skip_special_tokens is not None:
