@@ -34,26 +34,52 @@ def _context_length(value: str) -> int:
     scale = {"k": 1024, "m": 1024**2, "g": 1024**3}
     v = value.strip().lower()
     try:
-        return int(float(v[:-1]) * scale[v[-1]]) if v and v[-1] in scale else int(v)
+        number = int(float(v[:-1]) * scale[v[-1]]) if v and v[-1] in scale else int(v)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a context length: {value!r}") from None
+    if number < 2:
+        raise argparse.ArgumentTypeError(f"a context length must be at least 2 tokens, got {number}")
+    return number
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
+def _port(value: str) -> int:
+    number = _positive(value)
+    if number > 65535:
+        raise argparse.ArgumentTypeError(f"ports go up to 65535, got {number}")
+    return number
 
 
 def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     """The ``serve`` subcommand."""
-    p = subparsers.add_parser("serve", help="run the render/derender server", description=__doc__)
+    p = subparsers.add_parser(
+        "serve", help="run the render/derender server",
+        description="Serve render (OpenAI request -> prompt token ids) and derender (engine token ids -> "
+                    "OpenAI response). Flag names follow `vllm launch render`.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("model_positional", nargs="?", metavar="MODEL", help="same as --model")
     p.add_argument("--model", default=None,
                    help="HF tokenizer dir, .gguf file or hub id (default: embedded SmolLM2-135M-Instruct GGUF)")
     p.add_argument("--served-model-name", nargs="+", default=None, help="names accepted in `model`; first is reported")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default="127.0.0.1", help="listen address (0.0.0.0 for all interfaces)")
+    p.add_argument("--port", type=_port, default=8000, help="listen port")
     p.add_argument("--chat-template", default=None, help="file path or inline Jinja template")
-    p.add_argument("--max-model-len", type=_context_length, default=None, help="context length (tokens; 8k, 1m ok)")
+    p.add_argument("--max-model-len", type=_context_length, default=None,
+                   help="context length in tokens (8k, 1m ok); default from the model")
     p.add_argument("--reasoning-parser", default=None, help="e.g. qwen3, deepseek_r1, auto")
     p.add_argument("--tool-call-parser", default=None, help="e.g. hermes, llama3_json, auto")
     p.add_argument("--enable-auto-tool-choice", action="store_true", help="required for any tool parser to be active")
-    p.add_argument("--workers", type=int, default=1, help="server processes sharing the port")
+    p.add_argument("--workers", type=_positive, default=1, help="server processes sharing the port")
     p.add_argument("--api-key", action="append", default=None, help="guard /v1, /v2, /inference (repeatable)")
     p.add_argument("--trust-request-chat-template", action="store_true")
     p.add_argument("--default-chat-template-kwargs", type=_json_dict, default=None,
@@ -68,9 +94,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="HMAC key sealing derender stream_state (share it across replicas behind one router; "
                         "default: derived from the model, which catches corruption but not forgery; "
                         "env RENDER_SERVICE_STATE_SECRET)")
-    p.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024)
-    p.add_argument("--max-logprobs", type=int, default=20)
-    p.add_argument("--uvicorn-log-level", default="info")
+    p.add_argument("--max-body-bytes", type=_positive, default=32 * 1024 * 1024, help="larger bodies get 413")
+    p.add_argument("--max-logprobs", type=int, default=20, help="top logprobs allowed per token (-1: no limit)")
+    p.add_argument("--uvicorn-log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     p.set_defaults(func=run_serve)
 
 

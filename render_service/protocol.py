@@ -63,6 +63,15 @@ class SamplingFields(_Lenient):
 
     @model_validator(mode="after")
     def _stop_strings(self) -> "SamplingFields":
+        for key in self.logit_bias or {}:
+            if not key.lstrip("-").isdigit():
+                raise ValueError(f"logit_bias keys must be token ids, got {key!r}")
+        fmt = self.response_format
+        if fmt is not None:
+            if fmt.get("type") not in ("text", "json_object", "json_schema", "structural_tag"):
+                raise ValueError("response_format.type must be text, json_object, json_schema or structural_tag")
+            if fmt.get("type") == "json_schema" and not isinstance(fmt.get("json_schema"), dict):
+                raise ValueError("response_format json_schema needs a json_schema object")
         stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
         if any(s == "" for s in stops):
             raise ValueError("stop strings must not be empty")
@@ -101,8 +110,17 @@ class ChatCompletionRequest(SamplingFields):
             raise ValueError("tools must not be an empty list; omit it instead")
         if self.tool_choice is not None and self.tool_choice != "none" and not self.tools:
             raise ValueError("tool_choice requires tools")
+        for i, tool in enumerate(self.tools or []):
+            function = tool.get("function")
+            if tool.get("type", "function") != "function" or not isinstance(function, dict):
+                raise ValueError(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}")
+            if not isinstance(function.get("name"), str) or not function["name"]:
+                raise ValueError(f"tools[{i}].function.name must be a non-empty string")
+            if function.get("parameters") is not None and not isinstance(function["parameters"], dict):
+                raise ValueError(f"tools[{i}].function.parameters must be a JSON Schema object")
         if isinstance(self.tool_choice, dict):
-            name = (self.tool_choice.get("function") or {}).get("name")
+            function = self.tool_choice.get("function")
+            name = function.get("name") if isinstance(function, dict) else None
             names = {(t.get("function") or {}).get("name") for t in self.tools or []}
             if not isinstance(name, str) or name not in names:
                 raise ValueError(f"tool_choice names a function ({name!r}) that is not in tools")

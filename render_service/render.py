@@ -47,6 +47,7 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
         raise bad_request("use_beam_search is not supported.", "use_beam_search")
     tool_choice = req.effective_tool_choice
     _check_tool_choice(config, tool_choice)
+    _check_logprobs(config, {"top_logprobs": req.top_logprobs, "prompt_logprobs": req.prompt_logprobs})
 
     template, kwargs = _template_and_kwargs(bundle, config, req)
     reused = _reused_prompt_ids(bundle, req)
@@ -77,7 +78,7 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
     if not req.include_reasoning:
         reasoning_ended = True
     elif reasoning_active:
-        reasoning_ended = not prompt_starts_in_reasoning(config.reasoning_parser, text, effective_kwargs)
+        reasoning_ended = _reasoning_ended(config.reasoning_parser, text, effective_kwargs)
 
     parse_context = {
         "tools": req.tools,
@@ -112,6 +113,7 @@ def render_completion(
         raise bad_request("use_beam_search is not supported.", "use_beam_search")
     if req.echo:
         raise bad_request("echo is not supported by the render tier (the engine never sees prompt text).", "echo")
+    _check_logprobs(config, {"logprobs": req.logprobs})
     prompts = req.prompts()
     out = []
     vocab = bundle.tokenizer.vocab_size
@@ -162,6 +164,22 @@ def resolve_max_tokens(bundle: ModelBundle, prompt_len: int, requested: int | No
     default = bundle.generation_config.get("max_new_tokens")
     want = requested if requested is not None else (default or room)
     return min(room, want)
+
+
+def _reasoning_ended(reasoning_parser: str, prompt_text: str, kwargs: dict) -> bool:
+    """``reasoning_ended`` for the engine's structured-output gate (wire brief §2.5).
+
+    True only when the prompt rules thinking out: thinking disabled by a template kwarg, or
+    the generation prompt already closed the reasoning block (``<think></think>``). A prompt
+    that opens reasoning, or leaves the model free to open it (Qwen3's default), is False, so
+    a JSON constraint waits until the model's reasoning ends.
+    """
+    if prompt_starts_in_reasoning(reasoning_parser, prompt_text, kwargs):
+        return False
+    if kwargs.get("enable_thinking") is False or kwargs.get("thinking") is False:
+        return True
+    tail = prompt_text[-_PROMPT_TAIL_CHARS:]
+    return "</think>" in tail[tail.rfind("<think>"):] if "<think>" in tail else False
 
 
 def prompt_starts_in_reasoning(reasoning_parser: str, prompt_text: str, kwargs: dict) -> bool:
@@ -218,6 +236,15 @@ def _reused_prompt_ids(bundle: ModelBundle, req: ChatCompletionRequest) -> list[
             "kv_transfer_params.prompt_token_ids",
         )
     return list(ids)
+
+
+def _check_logprobs(config: ServeConfig, requested: dict[str, int | None]) -> None:
+    """Logprob counts above ``--max-logprobs`` are refused up front (vLLM checks them at derender)."""
+    if config.max_logprobs < 0:
+        return
+    for param, value in requested.items():
+        if value is not None and value > config.max_logprobs:
+            raise bad_request(f"{param}={value} exceeds the server limit --max-logprobs={config.max_logprobs}.", param)
 
 
 def _check_tool_choice(config: ServeConfig, tool_choice: str | dict) -> None:

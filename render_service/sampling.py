@@ -88,7 +88,7 @@ def build_sampling_params(
     if structured is not None:
         sp["structured_outputs"] = structured
     if req.logit_bias:
-        sp["logit_bias"] = {int(k): max(-100.0, min(100.0, v)) for k, v in req.logit_bias.items()}
+        sp["logit_bias"] = {str(int(k)): max(-100.0, min(100.0, v)) for k, v in req.logit_bias.items()}
     if req.allowed_token_ids:
         sp["allowed_token_ids"] = req.allowed_token_ids
     if req.vllm_xargs:

@@ -139,3 +139,15 @@ def test_case09_generation_break_and_reject_in_render():
     assert ChatTemplate(_case("09")["input"]["templates_snippets"][2]).render(
         [], param_fields={"a": 1, "b": 2}, handled_keys=["a"]) == "b"
     assert ChatTemplate("{% generation %}{{ x }}{% endgeneration %}").render([], x="kept") == "kept"
+
+
+def test_reasoning_ended_follows_the_prompt_cases_23_25():
+    """Qwen3's default prompt leaves the model free to think: not ended; enable_thinking false closes it."""
+    flags = {"reasoning_parser": "qwen3", "tool_call_parser": "hermes", "enable_auto_tool_choice": True}
+    msgs = [{"role": "user", "content": "Weather in Paris?"}]
+    with render_server(str(MODELS / "qwen3"), **flags) as url:
+        default = _render(url, {"messages": msgs}).json()
+        off = _render(url, {"messages": msgs, "chat_template_kwargs": {"enable_thinking": False}}).json()
+    assert default["reasoning_ended"] is False and off["reasoning_ended"] is True
+    assert default["sampling_params"]["skip_special_tokens"] is False  # markers must survive decoding
+    assert default["reasoning_parser_kwargs"]["chat_template_kwargs"]["add_generation_prompt"] is True

@@ -187,3 +187,37 @@ def test_decode_leg_reuses_prompt_token_ids_from_kv_transfer_params(client):
     assert again["kv_transfer_params"] == {"do_remote_prefill": True}
     bad = {"messages": [{"role": "user", "content": "x"}], "kv_transfer_params": {"prompt_token_ids": [-1]}}
     _assert_error(client.post("/render", json=bad), 400, "kv_transfer_params.prompt_token_ids")
+
+
+FUZZED = [
+    ("logit_bias key not an id", {"logit_bias": {"abc": 1}}),
+    ("tool_choice function as a string", {"tools": [{"type": "function", "function": {"name": "f"}}],
+                                          "tool_choice": {"type": "function", "function": "f"}}),
+    ("tool without a name", {"tools": [{"type": "function", "function": {"name": ""}}], "tool_choice": "none"}),
+    ("tool parameters not an object", {"tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}],
+                                       "tool_choice": "none"}),
+    ("response_format schema not an object", {"response_format": {"type": "json_schema", "json_schema": "x"}}),
+    ("response_format unknown type", {"response_format": {"type": "banana"}}),
+    ("top_logprobs above the server limit", {"logprobs": True, "top_logprobs": 1000}),
+    ("kwargs nested past the recursion limit", {"chat_template_kwargs": {"x": __import__("functools").reduce(
+        lambda acc, _: {"a": acc}, range(900), {})}}),
+]
+
+
+@pytest.mark.parametrize("name,extra", FUZZED, ids=[f[0] for f in FUZZED])
+def test_fuzzed_fields_are_400_and_the_connection_survives(url, name, extra):
+    body = {"messages": [{"role": "user", "content": "hi"}], **extra}
+    with httpx.Client(base_url=url, timeout=30) as c:  # one connection: a 500 used to drop it
+        _assert_error(c.post("/v1/chat/completions/render", json=body), 400)
+        assert c.post("/render", json={"messages": [{"role": "user", "content": "hi"}]}).status_code == 200
+
+
+def test_logit_bias_goes_on_the_wire_with_string_keys(client):
+    out = client.post("/render", json={"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"5": 300}})
+    assert out.status_code == 200 and out.json()["sampling_params"]["logit_bias"] == {"5": 100.0}
+
+
+def test_api_key_also_guards_the_short_aliases():
+    with render_server(None, api_key=("k",)) as base:
+        for path in ("/render", "/derender"):
+            _assert_error(httpx.post(f"{base}{path}", json={"messages": []}), 401)

@@ -23,7 +23,8 @@ ROUTE_MODULES = (
     "render_service.http.derender_routes",
     "render_service.http.info_routes",
 )
-_GUARDED_PREFIXES = ("/v1", "/v2", "/inference")
+# vLLM guards /v1, /v2 and /inference; our short aliases of /v1 routes are guarded too.
+_GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/render", "/derender")
 
 
 class ApiKeyMiddleware:
@@ -55,6 +56,18 @@ async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
     return error_response(OpenAIError(exc.status_code, str(exc.detail)))
 
 
+async def _malformed(request: Request, exc: Exception) -> JSONResponse:
+    """Errors that only malformed input reaches (a field of the wrong shape deep in a body,
+    nesting past the recursion limit): the client's fault, so a 400, never a 500."""
+    log.warning("malformed request on %s: %s: %s", request.url.path, type(exc).__name__, exc)
+    return error_response(OpenAIError(400, f"Invalid request ({type(exc).__name__}): {exc}"[:500]))
+
+
+# Registered with starlette's ExceptionMiddleware, which answers and does not re-raise
+# (a handler for bare `Exception` is re-raised after the response and drops the connection).
+_INPUT_ERRORS = (TypeError, ValueError, AttributeError, LookupError, RecursionError)
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s", request.url.path)
     return error_response(OpenAIError(500, f"Internal error ({type(exc).__name__}); this is a bug, please report it."))
@@ -74,7 +87,15 @@ def create_app(bundle, config: ServeConfig) -> Starlette:
         routes.extend(module.routes(ctx))
     app = Starlette(
         routes=routes,
-        exception_handlers={OpenAIError: _openai_error, HTTPException: _http_error, Exception: _unexpected},
+        exception_handlers={
+            OpenAIError: _openai_error,
+            HTTPException: _http_error,
+            **{cls: _malformed for cls in _INPUT_ERRORS},
+            ArithmeticError: _unexpected,
+            RuntimeError: _unexpected,
+            OSError: _unexpected,
+            Exception: _unexpected,
+        },
     )
     if config.api_key:
         app.add_middleware(ApiKeyMiddleware, keys=config.api_key)
