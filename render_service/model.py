@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,6 @@ import tokenizers
 from .templates import ChatTemplate
 from .tokenizer import TextTokenizer
 
-log = logging.getLogger("render_service.model")
 
 _TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
@@ -128,7 +126,7 @@ def load_model(
             raise ModelLoadError(str(exc)) from None
 
     hf: tokenizers.Tokenizer = raw["tokenizer"]
-    tokenizer = _make_tokenizer(hf, tokenizer_backend, default_name)
+    tokenizer = TextTokenizer.from_hf(hf, backend=tokenizer_backend, name=default_name)
     special = raw["special_tokens"]
     eos_ids = []
     if special.get("eos_token") is not None and (i := hf.token_to_id(special["eos_token"])) is not None:
@@ -154,13 +152,6 @@ def load_model(
         fingerprint=fingerprint,
         tokenizer_config=raw["tokenizer_config"],
     )
-
-
-def _make_tokenizer(hf: tokenizers.Tokenizer, backend: str, name: str) -> TextTokenizer:
-    from_hf = getattr(TextTokenizer, "from_hf", None)
-    if from_hf is not None:
-        return from_hf(hf, backend=backend, name=name)
-    return TextTokenizer(hf)
 
 
 def _from_gguf(path: Path) -> dict[str, Any]:

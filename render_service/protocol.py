@@ -11,7 +11,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
 
-from .errors import bad_request
 
 
 class _Lenient(BaseModel):
@@ -175,8 +174,3 @@ def stop_list(stop: str | list[str] | None) -> list[str]:
         return []
     return [stop] if isinstance(stop, str) else list(stop)
 
-
-def require(condition: bool, message: str, param: str | None = None) -> None:
-    """Raise a 400 unless ``condition``."""
-    if not condition:
-        raise bad_request(message, param)

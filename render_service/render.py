@@ -10,6 +10,8 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from parsers import api as parsers_api
+
 from .chat import history_tool_call_count, prepare_messages
 from .config import ServeConfig
 from .errors import bad_request
@@ -184,9 +186,7 @@ def _reasoning_ended(reasoning_parser: str, prompt_text: str, kwargs: dict) -> b
 
 def prompt_starts_in_reasoning(reasoning_parser: str, prompt_text: str, kwargs: dict) -> bool:
     """Whether generation begins inside a reasoning block, judged from the rendered prompt."""
-    from parsers.api import prompt_starts_in_reasoning as decide
-
-    return decide(reasoning_parser, prompt_text[-_PROMPT_TAIL_CHARS:], kwargs)
+    return parsers_api.prompt_starts_in_reasoning(reasoning_parser, prompt_text[-_PROMPT_TAIL_CHARS:], kwargs)
 
 
 def _render_and_encode(

@@ -11,6 +11,8 @@ import json
 import logging
 import os
 
+from parsers import api as parsers_api
+
 from .config import ServeConfig
 from .model import ModelBundle, ModelLoadError, load_model
 
@@ -32,10 +34,6 @@ def resolve_parsers(config: ServeConfig, bundle: ModelBundle) -> ServeConfig:
         raise StartupError("--enable-auto-tool-choice requires --tool-call-parser NAME (or auto)")
     if not reasoning and not tool:
         return config
-    try:
-        from parsers import api as parsers_api
-    except ImportError as exc:  # pragma: no cover - parsers ship with this package
-        raise StartupError(f"parsers package unavailable: {exc}") from None
     if "auto" in (reasoning, tool):
         source = bundle.chat_template.source if bundle.chat_template else ""
         found_reasoning, found_tool = parsers_api.detect_parsers(source)

@@ -28,7 +28,6 @@ from typing import Any
 
 import jinja2
 import jinja2.ext
-import jinja2.meta
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -116,7 +115,6 @@ class ChatTemplate:
             ast = _ENV.parse(source)
         except jinja2.TemplateSyntaxError as exc:
             raise ValueError(f"chat template does not compile: {exc}") from None
-        self.variables = frozenset(jinja2.meta.find_undeclared_variables(ast))
         literals = {n.data for n in ast.find_all(jinja2.nodes.TemplateData)}
         literals |= {n.value for n in ast.find_all(jinja2.nodes.Const) if isinstance(n.value, str)}
         # Every literal string the template can write, NUL-joined so a search can't match across two.
