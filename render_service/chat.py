@@ -73,10 +73,11 @@ def _content(content: Any, content_format: str, param: str) -> Any:
         if not isinstance(part, dict):
             raise bad_request("each content part must be an object.", f"{param}.{j}")
         kind = part.get("type", "text")
-        if kind in _TEXT_PART_TYPES and isinstance(part.get("text"), str):
-            texts.append(part["text"])
-        elif kind == "refusal" and isinstance(part.get("refusal"), str):
-            texts.append(part["refusal"])
+        field = "refusal" if kind == "refusal" else "text"
+        if kind in _TEXT_PART_TYPES or kind == "refusal":
+            if not isinstance(part.get(field), str):
+                raise bad_request(f"a {kind!r} content part needs a string `{field}`.", f"{param}.{j}.{field}")
+            texts.append(part[field])
         else:
             raise bad_request(
                 f"content part type {kind!r} is not supported by this text-only render service.", f"{param}.{j}.type"

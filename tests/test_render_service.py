@@ -221,3 +221,9 @@ def test_api_key_also_guards_the_short_aliases():
     with render_server(None, api_key=("k",)) as base:
         for path in ("/render", "/derender"):
             _assert_error(httpx.post(f"{base}{path}", json={"messages": []}), 401)
+
+
+def test_text_part_without_string_text_names_the_field(client):
+    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}
+    err = _assert_error(client.post("/render", json=body), 400, "messages.0.content.0.text")
+    assert "not supported" not in err["message"]
