@@ -245,8 +245,6 @@ def test_spawn_one_command_on_the_embedded_model(tmp_path, capsys):
 @needs_shared
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 def test_four_hop_through_the_driver(tmp_path, stream):
-    if importlib.util.find_spec("render_service.driver") is None:
-        pytest.skip("render_service.driver (the four-hop driver) is not in this checkout")
     from render_service.driver.app import create_app
     from render_service.driver.config import DriverConfig
     from render_service.driver.flow import Driver
