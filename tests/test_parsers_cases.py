@@ -51,7 +51,6 @@ def expected_calls(calls: list[dict]) -> list[dict]:
 
 def per_token_chunks(model: str, text: str) -> list[str]:
     """``text`` split the way a streaming detokenizer of ``model`` would deliver it."""
-    pytest.importorskip("tokenizers")
     path = MODELS / model / "tokenizer.json"
     if not path.exists():
         pytest.skip(f"{path} not present")

@@ -39,7 +39,6 @@ CASES = [(model, sid) for model, sids in MODEL_SAMPLES.items() for sid in sids]
 
 @pytest.mark.parametrize("model,sid", CASES, ids=[f"{m}:{s}" for m, s in CASES])
 def test_token_by_token(model, sid):
-    pytest.importorskip("tokenizers")
     path = MODELS / model / "tokenizer.json"
     if not path.exists():
         pytest.skip(f"{path} not present")
@@ -64,7 +63,6 @@ def test_token_by_token(model, sid):
 ])
 def test_markers_are_single_tokens_there(model, markers):
     """The per-token runs above really deliver these markers whole, in one piece each."""
-    pytest.importorskip("tokenizers")
     path = MODELS / model / "tokenizer.json"
     if not path.exists():
         pytest.skip(f"{path} not present")

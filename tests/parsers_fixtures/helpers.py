@@ -6,6 +6,8 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+import tokenizers
+
 from parsers.api import OutputParser, ParserSpec, create_parser, message_from_events
 from parsers.api import merge_events as coalesce
 from parsers.events import ToolCallArguments, ToolCallEnd, ToolCallStart
@@ -85,9 +87,7 @@ def assert_restore_invariant(spec: ParserSpec, text: str) -> None:
 
 
 @lru_cache(maxsize=None)
-def _tokenizer(path: str):
-    import tokenizers
-
+def _tokenizer(path: str) -> tokenizers.Tokenizer:
     return tokenizers.Tokenizer.from_file(path)
 
 
