@@ -215,6 +215,15 @@ def test_bad_input_is_400(smol, body, param):
         assert err["param"] == param, err
 
 
+def test_negative_prompt_tokens_is_400_for_completions_like_chat(smol):
+    r = smol.post(CHAT, json=_chat([1], prompt_tokens=-5))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt_tokens"
+    body = {"generate_responses": [{"choices": [gen_choice([1], "stop")]}], "prompt_tokens": [-5]}
+    r = smol.post("/v1/completions/derender", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "prompt_tokens.0"
+
+
 @pytest.mark.parametrize("raw,ctype", [(b"{not json", "application/json"), (b"[1,2]", "application/json"),
                                        (b"{}", "text/plain")])
 def test_malformed_bodies_are_400(smol, raw, ctype):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
 _LOOSE = ConfigDict(extra="ignore")
 
@@ -155,7 +155,7 @@ class DerenderCompletionRequest(_DerenderCommon):
 
     stream: Literal[False] = False
     generate_responses: list[GenerateResponse] = Field(min_length=1)
-    prompt_tokens: list[int] | None = None
+    prompt_tokens: list[NonNegativeInt] | None = None
     prompt_token_ids: list[list[int] | None] | None = None  # type: ignore[assignment]
     completion_request: ChatRequestFields | None = None
 
