@@ -1,146 +1,16 @@
-"""Helpers for the derender HTTP tests (no tests here): servers, clients, a stand-in parser kit.
-
-`TinyKit` is a deliberately small parser (``<think>`` tags and ``<tool_call>{json}</tool_call>``
-blocks, arguments released when a block closes) used only while ``parsers.api`` has not
-landed; `kit()` picks the real package as soon as it exists, so the same tests then run
-against the real qwen3/hermes parsers.
-"""
+"""Helpers for the derender HTTP tests (no tests here): real servers, router-like clients, views."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import random
-from dataclasses import dataclass
 from typing import Any, Iterator
 
 import httpx
 import orjson
 
 from conftest import MODELS, serve_app
-from parsers.events import Content, Reasoning, ToolCallArguments, ToolCallEnd, ToolCallStart
-
-
-# -- parser kit ------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TinySpec:
-    reasoning: Any
-    tool: Any
-    tools: Any
-    tool_choice: Any
-    starts_in_reasoning: bool
-    chat_template_kwargs: dict
-
-
-class TinyParser:
-    def __init__(self, spec: TinySpec, state: dict | None = None) -> None:
-        self.spec = spec
-        st = state or {"m": "think" if spec.starts_in_reasoning else "text", "h": "", "b": "", "k": 0, "e": False}
-        self.m, self.h, self.b, self.k, self.e = st["m"], st["h"], st["b"], st["k"], st["e"]
-
-    def export_state(self) -> dict:
-        return {"m": self.m, "h": self.h, "b": self.b, "k": self.k, "e": self.e}
-
-    @classmethod
-    def restore(cls, spec: TinySpec, state: dict) -> "TinyParser":
-        return cls(spec, state)
-
-    def _markers(self) -> list[str]:
-        if self.m == "think":
-            return ["</think>"]
-        if self.m == "call":
-            return ["</tool_call>"]
-        out = []
-        if self.spec.reasoning and not self.e:
-            out.append("<think>")
-        if self.spec.tool:
-            out.append("<tool_call>")
-        return out
-
-    def _out(self, text: str, ev: list) -> None:
-        if text:
-            if self.m == "text":
-                ev.append(Content(text))
-            elif self.m == "think":
-                ev.append(Reasoning(text))
-            else:
-                self.b += text
-
-    def feed(self, text: str) -> list:
-        ev: list = []
-        buf, self.h = self.h + text, ""
-        while buf:
-            ms = self._markers()
-            hits = [(buf.find(m), m) for m in ms if m in buf]
-            if hits:
-                i, m = min(hits)
-                self._out(buf[:i], ev)
-                buf = buf[i + len(m):]
-                if m == "<think>":
-                    self.m = "think"
-                elif m == "</think>":
-                    self.m, self.e = "text", True
-                elif m == "<tool_call>":
-                    self.m, self.b = "call", ""
-                else:
-                    self._close(ev)
-                    self.m = "text"
-                continue
-            keep = 0
-            for m in ms:
-                keep = max([keep] + [k for k in range(1, min(len(m) - 1, len(buf)) + 1) if m.startswith(buf[-k:])])
-            self._out(buf[: len(buf) - keep], ev)
-            self.h, buf = buf[len(buf) - keep:], ""
-        return ev
-
-    def _close(self, ev: list) -> None:
-        try:
-            obj = json.loads(self.b)
-        except ValueError:
-            ev.append(Content("<tool_call>" + self.b))
-            return
-        args = obj.get("arguments")
-        ev.append(ToolCallStart(self.k, obj["name"]))
-        if args not in (None, ""):
-            ev.append(ToolCallArguments(self.k, json.dumps(args, ensure_ascii=False)))
-        ev.append(ToolCallEnd(self.k))
-        self.k, self.e = self.k + 1, True
-
-    def finish(self) -> list:
-        ev: list = []
-        if self.m == "call":
-            self._close(ev)
-            self.m = "text"
-        h, self.h = self.h, ""
-        self._out(h, ev)
-        return ev
-
-
-class TinyKit:
-    def spec(self, **f: Any) -> TinySpec:
-        return TinySpec(**f)
-
-    def create(self, spec: TinySpec) -> TinyParser:
-        return TinyParser(spec)
-
-    def restore(self, spec: TinySpec, state: dict) -> TinyParser:
-        return TinyParser.restore(spec, state)
-
-    def starts_in_reasoning(self, reasoning: str, text: str, kwargs: dict) -> bool:
-        return text.rfind("<think>") > text.rfind("</think>")
-
-
-def real_parsers() -> bool:
-    try:
-        from parsers import api  # noqa: F401
-    except ImportError:
-        return False
-    return all(hasattr(api, n) for n in ("ParserSpec", "create_parser", "prompt_starts_in_reasoning"))
-
-
-def kit() -> Any:
-    """None (= the real parsers package) when it exists, else `TinyKit`."""
-    return None if real_parsers() else TinyKit()
 
 
 # -- servers ---------------------------------------------------------------------------
@@ -157,17 +27,11 @@ def bundle(name: str) -> Any:
 
 @contextlib.contextmanager
 def derender_server(model: str, **config: Any) -> Iterator[str]:
-    """A real server on loopback: `create_app` with the real parsers, else our routes with `TinyKit`."""
-    from starlette.applications import Starlette
-
+    """A real server on loopback: `create_app` with the real parsers."""
     from render_service.config import ServeConfig
-    from render_service.http import derender_routes
     from render_service.http.app import create_app
-    from render_service.http.common import AppContext
 
-    b, cfg = bundle(model), ServeConfig(model=str(MODELS / model), **config)
-    k = kit()
-    app = create_app(b, cfg) if k is None else Starlette(routes=derender_routes.routes(AppContext(b, cfg), k))
+    app = create_app(bundle(model), ServeConfig(model=str(MODELS / model), **config))
     with serve_app(app) as url:
         yield url
 

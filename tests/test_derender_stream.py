@@ -22,8 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CASES, needs_shared
-from test_derender_helpers import (Derender, bundle, derender_server, message_view, real_parsers, stream_view,
-                                   token_chunks)
+from test_derender_helpers import Derender, bundle, derender_server, message_view, stream_view, token_chunks
 
 pytestmark = needs_shared
 
@@ -223,8 +222,7 @@ def test_state_size_does_not_grow_with_streamed_tokens(smol):
     assert stream_view(out)["content"] == tok.decode(ids)
 
 
-# -- other families (real parsers only) ---------------------------------------------------
-real_only = pytest.mark.skipif(not real_parsers(), reason="needs parsers.api (the TinyKit stand-in knows only think + hermes)")
+# -- other families ---------------------------------------------------------------------
 GPT_PROMPT = "<|start|>user<|message|>Weather?<|end|><|start|>assistant"
 R1_PROMPT = "<｜User｜>Weather?<｜Assistant｜><think>\n"
 C15 = case("15")["input"]
@@ -273,7 +271,6 @@ def family_servers():
         yield get
 
 
-@real_only
 @pytest.mark.parametrize("name", sorted(FAMILY_CASES))
 def test_other_families_stream_equals_whole(family_servers, name):
     model, flags, prompt_text, raw, end, finish, tools, extra, expected = FAMILY_CASES[name]
