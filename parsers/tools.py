@@ -110,10 +110,8 @@ class ToolStage:
 
     def _run(self, final: bool) -> None:
         buf, pos = self.buf, 0
-        step = {TEXT: self._in_text, SECTION: self._in_section, HEADER: self._in_header,
-                BODY: self._in_body, AFTER: self._in_after}
         while True:
-            new = step[self.st](buf, pos, final)
+            new = _STEP[self.st](self, buf, pos, final)
             if new is None:
                 break
             pos = new
@@ -311,6 +309,10 @@ class ToolStage:
         """Text inside a section or before an end marker: the family's filler (blanks, a
         code fence) is dropped at the next marker; anything else is content."""
         self._content(s, _WS + self.fmt.junk)
+
+
+_STEP = {TEXT: ToolStage._in_text, SECTION: ToolStage._in_section, HEADER: ToolStage._in_header,
+         BODY: ToolStage._in_body, AFTER: ToolStage._in_after}
 
 
 class PassThrough:
