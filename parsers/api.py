@@ -141,7 +141,7 @@ class OutputParser:
             elif choice == "named" and "{" not in at_start:
                 at_start["{"] = "named"
             self.stage = ToolStage(fmt, self.calls, at_start, named)
-            markers = fmt.start_markers
+            markers = fmt.text_markers
         if rfmt is not None:
             self.reasoning = ReasoningStage(rfmt, spec.starts_in_reasoning, kwargs, markers)
 

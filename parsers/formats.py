@@ -68,15 +68,11 @@ class ToolFormat:
 
     @property
     def text_markers(self) -> tuple[str, ...]:
-        """Markers that leave plain content: section begins, and call begins where allowed."""
+        """Markers that leave plain content: section begins, and call begins where allowed.
+        They mean "a tool call starts here", so they also end reasoning for some families."""
         if self.section_begin and not self.call_begin_in_text:
             return self.section_begin
         return self.section_begin + self.call_begin
-
-    @property
-    def start_markers(self) -> tuple[str, ...]:
-        """Markers that mean "a tool call starts here" (they also end reasoning for some families)."""
-        return self.text_markers
 
 
 def parse_header(how: str, header: str) -> tuple[str | None, str | None]:
