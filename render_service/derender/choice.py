@@ -30,12 +30,12 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from parsers.api import OutputParser, ParserSpec, create_parser, prompt_starts_in_reasoning
 from parsers.events import Content, Reasoning, ToolCallArguments, ToolCallEnd, ToolCallStart
 
 from ..detokenize import IncrementalDetokenizer
 from ..tokenizer import TextTokenizer
 from .logprobs import LogprobDecoder, chat_logprobs, completion_logprobs
-from .parsing import ParserKit
 from .plan import Plan
 from .schema import GenChoice
 from .stops import StopMatcher
@@ -76,7 +76,6 @@ class ChoiceStream:
     Args:
         plan: the request's `Plan`.
         tokenizer: the model tokenizer.
-        kit: parser factory (`ParserKit`); unused without a parser in the plan.
         prompt_ids: the rendered prompt (a tail suffices; ≥64 ids let the parser see the
             whole generation prompt). Only read on a fresh start.
         state: `export_state` of an earlier step, or None for a fresh start.
@@ -85,17 +84,16 @@ class ChoiceStream:
         ValueError: malformed ``state`` (the caller turns it into a 400).
     """
 
-    def __init__(self, plan: Plan, tokenizer: TextTokenizer, kit: ParserKit | None,
-                 prompt_ids: list[int] | None = None, state: dict | None = None) -> None:
+    def __init__(self, plan: Plan, tokenizer: TextTokenizer, prompt_ids: list[int] | None = None,
+                 state: dict | None = None) -> None:
         self.plan = plan
         self._tok = tokenizer
-        self._kit = kit
         skip = plan.skip_special_tokens
         if state is None:
             self.detok = IncrementalDetokenizer(tokenizer, skip, prompt_ids)
             self.stops = StopMatcher(list(plan.stops), plan.include_stop_str_in_output)
             self.starts_in_reasoning = self._starts_in_reasoning(prompt_ids)
-            self.parser = kit.create(self._spec()) if plan.has_parser and kit else None
+            self.parser = create_parser(self._spec()) if plan.has_parser else None
             self.n_tokens, self.role_sent, self.done, self.calls = 0, False, False, 0
             self.ws, self.content_started, self.open_without_args = "", False, []
             self.lp = LogprobDecoder(tokenizer)
@@ -108,7 +106,7 @@ class ChoiceStream:
             pstate = state.get("p")
             if plan.has_parser != (pstate is not None):
                 raise ValueError("the server's parser configuration or the request's tools changed mid-stream")
-            self.parser = kit.restore(self._spec(), pstate) if pstate is not None and kit else None
+            self.parser = OutputParser.restore(self._spec(), pstate) if pstate is not None else None
             self.n_tokens = _int(state.get("n", 0))
             self.role_sent, self.done = bool(state.get("r")), bool(state.get("x"))
             self.calls = _int(state.get("c", 0))
@@ -238,18 +236,17 @@ class ChoiceStream:
         delta.content = "".join(content)
         delta.tool_calls = sorted(calls.values(), key=lambda c: c.index)
 
-    def _spec(self) -> Any:
+    def _spec(self) -> ParserSpec:
         p = self.plan
-        return self._kit.spec(reasoning=p.reasoning, tool=p.tool, tools=p.tools, tool_choice=p.tool_choice,
-                              starts_in_reasoning=self.starts_in_reasoning,
-                              chat_template_kwargs=p.chat_template_kwargs)
+        return ParserSpec(reasoning=p.reasoning, tool=p.tool, tools=p.tools, tool_choice=p.tool_choice,
+                          starts_in_reasoning=self.starts_in_reasoning, chat_template_kwargs=p.chat_template_kwargs)
 
     def _starts_in_reasoning(self, prompt_ids: list[int] | None) -> bool:
-        if not (self.plan.reasoning and self._kit):
+        if not self.plan.reasoning:
             return False
         tail = (prompt_ids or [])[-PROMPT_SCAN_IDS:]
         text = self._tok.decode(tail, skip_special_tokens=False) if tail else ""
-        return self._kit.starts_in_reasoning(self.plan.reasoning, text, self.plan.chat_template_kwargs)
+        return prompt_starts_in_reasoning(self.plan.reasoning, text, self.plan.chat_template_kwargs)
 
 
 def _int(v: Any) -> int:

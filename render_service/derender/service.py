@@ -24,7 +24,6 @@ from ..errors import OpenAIError, bad_request
 from . import assemble
 from .choice import ChoiceStream, Delta
 from .logprobs import logprob_ids
-from .parsing import DefaultParserKit, ParserKit
 from .plan import MAX_CHOICES, Plan, chat_plan, check_ids, completion_plan
 from .schema import (DerenderChatRequest, DerenderChatStreamRequest, DerenderCompletionRequest,
                      DerenderCompletionStreamRequest, GenChoice, GenerateResponse)
@@ -38,13 +37,11 @@ class Derenderer:
         bundle: `ModelBundle` (uses ``tokenizer``, ``eos_token_ids``, ``special_tokens``,
             ``served_model_names``, ``max_model_len``, ``fingerprint``).
         config: `ServeConfig` (parsers, ``max_logprobs``, ``stream_state_secret``).
-        kit: parser factory; defaults to the ``parsers`` package.
     """
 
-    def __init__(self, bundle: Any, config: ServeConfig, kit: ParserKit | None = None) -> None:
+    def __init__(self, bundle: Any, config: ServeConfig) -> None:
         self.bundle = bundle
         self.config = config
-        self.kit = kit or DefaultParserKit()
         self.tok = bundle.tokenizer
         self.codec = StateCodec(bundle.fingerprint, config.stream_state_secret)
 
@@ -91,7 +88,7 @@ class Derenderer:
     def _run_whole(self, plan: Plan, prompt: list[int] | None, ch: GenChoice) -> Delta:
         if ch.finish_reason is None:
             ch = ch.model_copy(update={"finish_reason": "stop"})
-        delta = ChoiceStream(plan, self.tok, self.kit, prompt).step(ch)
+        delta = ChoiceStream(plan, self.tok, prompt).step(ch)
         assert delta is not None
         return delta
 
@@ -203,12 +200,12 @@ class StreamSession:
         if cs is None:
             st = self.states.pop(key, None)
             if st is None:
-                cs = ChoiceStream(self.plan, self.d.tok, self.d.kit, self.prompt)
+                cs = ChoiceStream(self.plan, self.d.tok, self.prompt)
             else:
                 try:
                     if not isinstance(st, dict):
                         raise ValueError("not an object")
-                    cs = ChoiceStream(self.plan, self.d.tok, self.d.kit, None, st)
+                    cs = ChoiceStream(self.plan, self.d.tok, None, st)
                 except OpenAIError:
                     raise
                 except Exception as exc:  # includes a parser that cannot resume: the caller's state is bad

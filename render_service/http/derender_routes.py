@@ -22,7 +22,6 @@ import pydantic
 from starlette.requests import Request
 from starlette.routing import Route
 
-from ..derender.parsing import ParserKit
 from ..derender.pipe import PipeSession
 from ..derender.schema import (DerenderChatRequest, DerenderChatStreamRequest, DerenderCompletionRequest,
                                DerenderCompletionStreamRequest, PipeHeader)
@@ -45,9 +44,9 @@ def _token_count(body: dict) -> int:
     return total
 
 
-def routes(ctx: AppContext, kit: ParserKit | None = None) -> list[Route]:
-    """The derender routes for ``ctx.bundle`` (``kit`` overrides the parsers package, for tests)."""
-    d = Derenderer(ctx.bundle, ctx.config, kit)
+def routes(ctx: AppContext) -> list[Route]:
+    """The derender routes for ``ctx.bundle``."""
+    d = Derenderer(ctx.bundle, ctx.config)
 
     def endpoint(plain: tuple[type, Callable], streamed: tuple[type, Callable]) -> Callable:
         async def handle(request: Request) -> JSONResponse:
