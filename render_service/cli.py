@@ -59,6 +59,41 @@ def _port(value: str) -> int:
     return number
 
 
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """The model flags ``serve`` and ``drive`` share (read back by `serve_config_from_args`)."""
+    p.add_argument("--model", default=None,
+                   help="HF tokenizer dir, .gguf file or hub id (default: embedded SmolLM2-135M-Instruct GGUF)")
+    p.add_argument("--served-model-name", nargs="+", default=None, help="names accepted in `model`; first is reported")
+    p.add_argument("--chat-template", default=None, help="file path or inline Jinja template")
+    p.add_argument("--max-model-len", type=_context_length, default=None,
+                   help="context length in tokens (8k, 1m ok); default from the model")
+    p.add_argument("--reasoning-parser", default=None, help="e.g. qwen3, deepseek_r1, auto")
+    p.add_argument("--tool-call-parser", default=None, help="e.g. hermes, llama3_json, auto")
+    p.add_argument("--enable-auto-tool-choice", action="store_true", help="required for any tool parser to be active")
+    p.add_argument("--default-chat-template-kwargs", type=_json_dict, default=None,
+                   help='JSON, e.g. {"enable_thinking": false}')
+    p.add_argument("--tokenizer-backend", choices=("auto", "hf", "fast"), default="auto",
+                   help="auto: the fast backend only where proven equal to HF for this tokenizer")
+
+
+def serve_config_from_args(args: argparse.Namespace, **overrides):
+    """`ServeConfig` from the `add_model_arguments` flags; ``overrides`` set the other fields."""
+    from .config import ServeConfig
+
+    return ServeConfig(**{
+        "model": args.model,
+        "served_model_name": tuple(args.served_model_name or ()),
+        "chat_template": args.chat_template,
+        "max_model_len": args.max_model_len,
+        "reasoning_parser": args.reasoning_parser,
+        "tool_call_parser": args.tool_call_parser,
+        "enable_auto_tool_choice": args.enable_auto_tool_choice,
+        "default_chat_template_kwargs": args.default_chat_template_kwargs or {},
+        "tokenizer_backend": args.tokenizer_backend,
+        **overrides,
+    })
+
+
 def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     """The ``serve`` subcommand."""
     p = subparsers.add_parser(
@@ -68,25 +103,13 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("model_positional", nargs="?", metavar="MODEL", help="same as --model")
-    p.add_argument("--model", default=None,
-                   help="HF tokenizer dir, .gguf file or hub id (default: embedded SmolLM2-135M-Instruct GGUF)")
-    p.add_argument("--served-model-name", nargs="+", default=None, help="names accepted in `model`; first is reported")
+    add_model_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="listen address (0.0.0.0 for all interfaces)")
     p.add_argument("--port", type=_port, default=8000, help="listen port")
-    p.add_argument("--chat-template", default=None, help="file path or inline Jinja template")
-    p.add_argument("--max-model-len", type=_context_length, default=None,
-                   help="context length in tokens (8k, 1m ok); default from the model")
-    p.add_argument("--reasoning-parser", default=None, help="e.g. qwen3, deepseek_r1, auto")
-    p.add_argument("--tool-call-parser", default=None, help="e.g. hermes, llama3_json, auto")
-    p.add_argument("--enable-auto-tool-choice", action="store_true", help="required for any tool parser to be active")
     p.add_argument("--workers", type=_positive, default=1, help="server processes sharing the port")
     p.add_argument("--api-key", action="append", default=None, help="guard /v1, /v2, /inference (repeatable)")
     p.add_argument("--trust-request-chat-template", action="store_true")
-    p.add_argument("--default-chat-template-kwargs", type=_json_dict, default=None,
-                   help='JSON, e.g. {"enable_thinking": false}')
     p.add_argument("--exclude-tools-when-tool-choice-none", action="store_true")
-    p.add_argument("--tokenizer-backend", choices=("auto", "hf", "fast"), default="auto",
-                   help="auto: the fast backend only where proven equal to HF for this tokenizer")
     p.add_argument("--content-special-tokens", choices=("parse", "text"), default="parse",
                    help="parse: control-token text in messages becomes control tokens (HF parity); "
                         "text: it stays plain text (no turn forging)")
@@ -102,24 +125,15 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def build_config(args: argparse.Namespace):
     """`ServeConfig` from parsed ``serve`` arguments."""
-    from .config import ServeConfig
-
-    return ServeConfig(
+    return serve_config_from_args(
+        args,
         model=args.model or args.model_positional,
-        served_model_name=tuple(args.served_model_name or ()),
         host=args.host,
         port=args.port,
-        chat_template=args.chat_template,
-        max_model_len=args.max_model_len,
-        reasoning_parser=args.reasoning_parser,
-        tool_call_parser=args.tool_call_parser,
-        enable_auto_tool_choice=args.enable_auto_tool_choice,
         workers=args.workers,
         api_key=tuple(args.api_key or ()),
         trust_request_chat_template=args.trust_request_chat_template,
-        default_chat_template_kwargs=args.default_chat_template_kwargs or {},
         exclude_tools_when_tool_choice_none=args.exclude_tools_when_tool_choice_none,
-        tokenizer_backend=args.tokenizer_backend,
         content_special_tokens=args.content_special_tokens,
         max_body_bytes=args.max_body_bytes,
         max_logprobs=args.max_logprobs,

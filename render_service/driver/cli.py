@@ -6,8 +6,7 @@ import argparse
 import logging
 import sys
 
-from ..cli import _context_length, _json_dict
-from ..config import ServeConfig
+from ..cli import add_model_arguments, serve_config_from_args
 from .config import DriverConfig, split_urls
 
 DESCRIPTION = (
@@ -25,17 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tokens-only decode engine(s)")
     p.add_argument("--render", default=None, metavar="URL",
                    help="render server to render/derender on (default: in this process with the model flags)")
-    p.add_argument("--model", default=None,
-                   help="HF tokenizer dir, .gguf file or hub id (default: embedded SmolLM2-135M-Instruct GGUF)")
-    p.add_argument("--served-model-name", nargs="+", default=None, help="names accepted in `model`; first is reported")
-    p.add_argument("--chat-template", default=None, help="file path or inline Jinja template")
-    p.add_argument("--max-model-len", type=_context_length, default=None, help="context length (tokens; 8k ok)")
-    p.add_argument("--reasoning-parser", default=None, help="e.g. qwen3, deepseek_r1, auto")
-    p.add_argument("--tool-call-parser", default=None, help="e.g. hermes, llama3_json, auto")
-    p.add_argument("--enable-auto-tool-choice", action="store_true", help="required for any tool parser to be active")
-    p.add_argument("--default-chat-template-kwargs", type=_json_dict, default=None,
-                   help='JSON, e.g. {"enable_thinking": false}')
-    p.add_argument("--tokenizer-backend", choices=("auto", "hf", "fast"), default="auto")
+    add_model_arguments(p)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8192)
     p.add_argument("--timeout", type=float, default=600.0, metavar="S",
@@ -55,19 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def config_from_args(args: argparse.Namespace) -> DriverConfig:
     """Raises ValueError for bad URLs or timeouts."""
-    serve = ServeConfig(
-        model=args.model,
-        served_model_name=tuple(args.served_model_name or ()),
-        chat_template=args.chat_template,
-        max_model_len=args.max_model_len,
-        reasoning_parser=args.reasoning_parser,
-        tool_call_parser=args.tool_call_parser,
-        enable_auto_tool_choice=args.enable_auto_tool_choice,
-        default_chat_template_kwargs=args.default_chat_template_kwargs or {},
-        tokenizer_backend=args.tokenizer_backend,
-    )
     return DriverConfig(prefill=args.prefill, decode=args.decode, render=(args.render or "").rstrip("/") or None,
-                        serve=serve, host=args.host, port=args.port, timeout=args.timeout,
+                        serve=serve_config_from_args(args), host=args.host, port=args.port, timeout=args.timeout,
                         connect_timeout=args.connect_timeout)
 
 
