@@ -8,7 +8,7 @@ from pathlib import Path
 
 import tokenizers
 
-from parsers.api import OutputParser, ParserSpec, create_parser, message_from_events
+from parsers.api import OutputParser, ParserSpec, create_parser
 from parsers.api import merge_events as coalesce
 from parsers.events import ToolCallArguments, ToolCallEnd, ToolCallStart
 
@@ -107,10 +107,5 @@ def token_pieces(tokenizer_json: Path, text: str) -> list[str]:
     return pieces
 
 
-def parsed(spec: ParserSpec, pieces: list[str]):
-    """ParsedMessage assembled from a streamed run."""
-    return message_from_events(run(spec, pieces))
-
-
 __all__ = ["pieces_of", "run", "run_restoring", "check_call_events", "assert_chunking_invariant",
-           "assert_restore_invariant", "parsed", "coalesce", "token_pieces"]
+           "assert_restore_invariant", "coalesce", "token_pieces"]
