@@ -99,10 +99,6 @@ class JsonValue:
     def error(self) -> bool:
         return self.mode == ERROR
 
-    @property
-    def started(self) -> bool:
-        return self.mode != BEFORE
-
     def repair(self) -> str:
         """Closers that make the released text valid JSON (``""`` when already complete).
 
