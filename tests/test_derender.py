@@ -7,33 +7,22 @@ import json
 import re
 import socket
 
-import httpx
 import orjson
 import pytest
 
 from conftest import needs_shared
-from test_derender_helpers import (CHAT, Derender, bundle, derender_server, gen_choice, message_view, parse_sse,
-                                   stream_view, token_chunks)
+from test_derender_helpers import (CHAT, QWEN_CFG, USER, Derender, bundle, client_fixture, gen_choice, message_view,
+                                   parse_sse, stream_view, token_chunks)
 
 pytestmark = needs_shared
 
-QWEN_CFG = dict(reasoning_parser="qwen3", tool_call_parser="hermes", enable_auto_tool_choice=True)
-USER = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}}}}]
 CALL = '<think>\nUser asks for Paris weather.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 
 
-@pytest.fixture(scope="module")
-def qwen():
-    with derender_server("qwen3", **QWEN_CFG) as url, httpx.Client(base_url=url, timeout=30) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def smol():
-    with derender_server("smollm2-135m-instruct") as url, httpx.Client(base_url=url, timeout=30) as c:
-        yield c
+qwen = client_fixture("qwen3", **QWEN_CFG)
+smol = client_fixture("smollm2-135m-instruct")
 
 
 def qtok():

@@ -9,6 +9,7 @@ from typing import Any, Iterator
 
 import httpx
 import orjson
+import pytest
 
 from conftest import MODELS, serve_app
 
@@ -34,6 +35,20 @@ def derender_server(model: str, **config: Any) -> Iterator[str]:
     app = create_app(bundle(model), ServeConfig(model=str(MODELS / model), **config))
     with serve_app(app) as url:
         yield url
+
+
+QWEN_CFG = dict(reasoning_parser="qwen3", tool_call_parser="hermes", enable_auto_tool_choice=True)
+USER = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"  # ChatML, ends at the generation prompt
+
+
+def client_fixture(model: str, **config: Any) -> Any:
+    """A module-scoped fixture: an ``httpx.Client`` on a `derender_server` for ``model``
+    (assign it to the fixture's name: ``smol = client_fixture("smollm2-135m-instruct")``)."""
+    @pytest.fixture(scope="module")
+    def client() -> Iterator[httpx.Client]:
+        with derender_server(model, **config) as url, httpx.Client(base_url=url, timeout=30) as c:
+            yield c
+    return client
 
 
 # -- clients ---------------------------------------------------------------------------

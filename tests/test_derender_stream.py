@@ -22,12 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CASES, needs_shared
-from test_derender_helpers import Derender, bundle, derender_server, message_view, stream_view, token_chunks
+from test_derender_helpers import (QWEN_CFG, USER, Derender, bundle, client_fixture, derender_server, message_view,
+                                   stream_view, token_chunks)
 
 pytestmark = needs_shared
 
-QWEN_CFG = dict(reasoning_parser="qwen3", tool_call_parser="hermes", enable_auto_tool_choice=True)
-USER = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
 PROMPTS = {
     "neutral": USER,                                   # the model opens <think> itself
     "open": USER + "<think>\n",                        # template pre-opens reasoning (case 23)
@@ -77,16 +76,8 @@ QWEN_CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def qwen():
-    with derender_server("qwen3", **QWEN_CFG) as url, httpx.Client(base_url=url, timeout=30) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def smol():
-    with derender_server("smollm2-135m-instruct") as url, httpx.Client(base_url=url, timeout=30) as c:
-        yield c
+qwen = client_fixture("qwen3", **QWEN_CFG)
+smol = client_fixture("smollm2-135m-instruct")
 
 
 def _setup(prompt_kind: str, raw: str, tools):
