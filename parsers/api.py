@@ -199,8 +199,6 @@ class OutputParser:
             if parser.reasoning is not None:
                 parser.reasoning.load(state["reasoning"])
             parser.finished = bool(state["finished"])
-        except ValueError:
-            raise
         except (KeyError, TypeError, IndexError, AttributeError) as exc:
             raise ValueError(f"damaged parser state: {exc!r}") from None
         return parser
