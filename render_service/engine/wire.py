@@ -31,7 +31,8 @@ class _Lenient(BaseModel):
 
 
 class SamplingParamsIn(_Lenient):
-    """``GenerateRequest.sampling_params`` (vLLM ``SamplingParams`` field names/defaults)."""
+    """``GenerateRequest.sampling_params`` (vLLM ``SamplingParams`` field names/defaults):
+    every `SamplingSpec` field, plus the ones this engine only checks."""
 
     n: int = 1
     temperature: float = 1.0
@@ -100,20 +101,8 @@ def sampling_spec(sp: SamplingParamsIn) -> SamplingSpec:
     _check(all(t >= 0 for t in sp.stop_token_ids), "stop_token_ids must be non-negative", "stop_token_ids")
     _check(sp.logprobs is None, "logprobs are not supported by this reference engine", "logprobs")
     _check(sp.prompt_logprobs is None, "prompt_logprobs are not supported by this reference engine", "prompt_logprobs")
-    return SamplingSpec(
-        temperature=sp.temperature,
-        top_p=sp.top_p,
-        top_k=max(sp.top_k, 0),
-        min_p=sp.min_p,
-        seed=sp.seed,
-        max_tokens=sp.max_tokens,
-        min_tokens=sp.min_tokens,
-        stop_token_ids=tuple(sp.stop_token_ids),
-        ignore_eos=sp.ignore_eos,
-        presence_penalty=sp.presence_penalty,
-        frequency_penalty=sp.frequency_penalty,
-        repetition_penalty=sp.repetition_penalty,
-    )
+    same = {name: getattr(sp, name) for name in SamplingSpec.__dataclass_fields__}
+    return SamplingSpec(**{**same, "top_k": max(sp.top_k, 0), "stop_token_ids": tuple(sp.stop_token_ids)})
 
 
 def check_request(req: GenerateRequestIn) -> None:
