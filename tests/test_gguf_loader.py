@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import gguf
 import pytest
 import tokenizers
 
@@ -135,7 +136,6 @@ def test_add_bos_token_matches_llama3_post_processor():
 
 
 def _write_gguf(path: Path, kv: dict) -> Path:
-    gguf = pytest.importorskip("gguf")
     writer = gguf.GGUFWriter(str(path), arch="llama")
     for key, value in kv.items():
         if isinstance(value, bool):

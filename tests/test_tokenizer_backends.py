@@ -15,8 +15,6 @@ from render_service.tokenizer import DEFAULT_SEGMENT_CACHE_BYTES, TextTokenizer
 from render_service.tokenizer.backends import FastokensBackend
 from render_service.tokenizer.corpus import large_corpus
 
-pytest.importorskip("fastokens", reason="fast backend not installed (pip install 'render-service[fast]')")
-
 MODEL_DIRS = sorted(p.name for p in MODELS.iterdir() if p.is_dir()) if MODELS.is_dir() else []
 
 
