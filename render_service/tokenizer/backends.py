@@ -66,7 +66,7 @@ class FastokensBackend:
         try:
             import fastokens
         except ImportError as exc:
-            raise BackendUnavailable("fastokens is not installed (pip install 'render-service[fast]')") from exc
+            raise BackendUnavailable("fastokens is not installed (it is a core dependency: pip install fastokens)") from exc
         try:
             self._fast = fastokens.Tokenizer.from_json_str(spec_json or hf.to_str())
         except Exception as exc:  # the Rust side raises plain exceptions for unsupported pipelines
