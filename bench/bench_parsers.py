@@ -22,10 +22,11 @@ plain stream stays flat; the one-off ``ast`` parse lands on the closing chunk). 
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
+from statistics import fmean as mean
+from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -81,14 +82,6 @@ def replay(spec: ParserSpec, chunks: list[str], start: int) -> float:
         prefix += chunk
         parse_complete(spec, prefix)
     return (time.perf_counter() - t0) / WINDOW
-
-
-def mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs)
-
-
-def median(xs: list[float]) -> float:
-    return statistics.median(xs)
 
 
 def main() -> None:
