@@ -16,11 +16,9 @@ from __future__ import annotations
 import ipaddress
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,8 @@ from urllib.parse import urlsplit
 
 import httpx
 import orjson
+
+from render_service.engine.testing import free_port, wait_healthy
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _REPO = Path(__file__).resolve().parents[1]
@@ -57,13 +57,6 @@ def check_url(url: str, allow_remote: bool = False) -> str:
             raise TargetError(f"{url}: {host} is not a loopback address (127.0.0.0/8, ::1, localhost); "
                               "pass --allow-remote to load-test another machine you are responsible for")
     return url.rstrip("/")
-
-
-def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ProcCpu:
@@ -185,16 +178,10 @@ class SpawnedServer:
     def wait_ready(self, timeout: float = 300.0) -> None:
         """Wait for ``/health``. Raises TargetError (with the server's last output) if it
         exits or is not up in time."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise TargetError(f"spawned server exited with {self.proc.returncode}: {self.output()[-1500:]}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2, trust_env=False).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        if wait_healthy(self.proc, self.url, timeout, interval=0.2):
+            return
+        if self.proc.poll() is not None:
+            raise TargetError(f"spawned server exited with {self.proc.returncode}: {self.output()[-1500:]}")
         self.stop()
         raise TargetError(f"spawned server on port {self.port} was not healthy after {timeout:.0f} s: {self.output()[-1500:]}")
 

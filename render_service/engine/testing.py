@@ -29,6 +29,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_healthy(proc: subprocess.Popen, url: str, timeout: float, interval: float = 0.1) -> bool:
+    """Poll ``url + "/health"`` until it answers 200 (True); False once ``proc`` has exited
+    or ``timeout`` seconds have passed (``proc.poll()`` tells which)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(url + "/health", timeout=2.0, trust_env=False).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(interval)
+    return False
+
+
 class EngineProcess:
     """One engine subprocess. ``args`` are extra CLI flags (``--scripted F``, ``--model M``, …).
 
@@ -48,16 +62,10 @@ class EngineProcess:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")])))
         self._log = tempfile.TemporaryFile()  # not a pipe: a chatty child must never block on it
         self.proc = subprocess.Popen(self.args, env=env, stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"engine exited with {self.proc.returncode}: {self.output()[-2000:]}")
-            try:
-                if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
+        if wait_healthy(self.proc, self.url, self.startup_timeout):
+            return self
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"engine exited with {self.proc.returncode}: {self.output()[-2000:]}")
         self.kill()
         raise RuntimeError(f"engine on port {self.port} did not become healthy in {self.startup_timeout}s")
 
