@@ -209,15 +209,9 @@ class IncrementalDetokenizer:
         decode = self._tok.decode
         prefix = decode(self.ids[: self.read], skip_special_tokens=self._skip) if self.read else ""
         full = decode(self.ids, skip_special_tokens=self._skip)
-        if full.startswith(prefix):
-            text = full[len(prefix):]
-        else:  # a decoder rule rewrote the context; emit past the common part, never twice
-            common = 0
-            for a, b in zip(prefix, full):
-                if a != b:
-                    break
-                common += 1
-            text = full[max(common, len(prefix)):] if len(full) > len(prefix) else ""
+        # Also when a decoder rule rewrote the context (``full`` does not start with
+        # ``prefix``): emitting past ``len(prefix)`` never repeats text.
+        text = full[len(prefix):]
         cut = self._boundary(self.ids, max(0, len(self.ids) - CONTEXT_IDS))
         del self.ids[:cut]
         self.read = len(self.ids)
