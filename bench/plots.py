@@ -37,17 +37,22 @@ def write_plots(result: dict, out_dir: Path, slo_ms: float | None = None) -> lis
     return files
 
 
-def _save(plt, fig, out_dir: Path, name: str) -> str:
-    fig.tight_layout()
-    fig.savefig(out_dir / name, dpi=110)
-    plt.close(fig)
-    return name
-
-
-def _finish(ax) -> None:
+def _save(plt, fig, ax, result: dict, out_dir: Path, title: str, name: str) -> str:
+    """Title, grid and legend, then ``<workload>_<name>.png``; returns the file name."""
+    ax.set_title(f"{result['workload']}: {title}")
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small")
+    fig.tight_layout()
+    file = f"{result['workload']}_{name}.png"
+    fig.savefig(out_dir / file, dpi=110)
+    plt.close(fig)
+    return file
+
+
+def _p50_p99(ax, xs: list, rows: list[dict], colour: str, name: str) -> None:
+    ax.plot(xs, [r["p50_ms"] for r in rows], "o-", color=colour, label=f"{name} p50")
+    ax.plot(xs, [r["p99_ms"] for r in rows], "s--", color=colour, alpha=0.7, label=f"{name} p99")
 
 
 def _latency_vs_rate(plt, result: dict, out_dir: Path, slo_ms: float | None) -> str:
@@ -64,16 +69,11 @@ def _latency_vs_rate(plt, result: dict, out_dir: Path, slo_ms: float | None) -> 
         mine = sorted((x, r["latency"]) for n, x, r in points if n == name and r["latency"]["n"])
         if not mine:
             continue
-        xs = [x for x, _ in mine]
-        colour = f"C{i}"
-        ax.plot(xs, [lat["p50_ms"] for _, lat in mine], "o-", color=colour, label=f"{name} p50")
-        ax.plot(xs, [lat["p99_ms"] for _, lat in mine], "s--", color=colour, alpha=0.7, label=f"{name} p99")
+        _p50_p99(ax, [x for x, _ in mine], [lat for _, lat in mine], f"C{i}", name)
     if slo_ms:
         ax.axhline(slo_ms, color="red", linestyle=":", label=f"SLO p99 {slo_ms:g} ms")
     ax.set_ylabel("latency (ms)")
-    ax.set_title(f"{result['workload']}: latency vs rate")
-    _finish(ax)
-    return _save(plt, fig, out_dir, f"{result['workload']}_latency_vs_rate.png")
+    return _save(plt, fig, ax, result, out_dir, "latency vs rate", "latency_vs_rate")
 
 
 def _by_position(plt, result: dict, runs: list[dict], out_dir: Path) -> str:
@@ -90,9 +90,8 @@ def _by_position(plt, result: dict, runs: list[dict], out_dir: Path) -> str:
     ax.set_xlabel("token position in the tool call (negative: reasoning before it)")
     ax.set_ylabel("chunk latency (ms)")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"{result['workload']}: per-chunk latency by position (one token per chunk)")
-    _finish(ax)
-    return _save(plt, fig, out_dir, f"{result['workload']}_latency_by_position.png")
+    return _save(plt, fig, ax, result, out_dir, "per-chunk latency by position (one token per chunk)",
+                 "latency_by_position")
 
 
 def _by_turn(plt, result: dict, runs: list[dict], out_dir: Path) -> str:
@@ -100,12 +99,8 @@ def _by_turn(plt, result: dict, runs: list[dict], out_dir: Path) -> str:
     for i, run in enumerate(runs):
         rows = [r for r in run["extra"].get("by_turn") or [] if r["p50_ms"] is not None]
         if rows:
-            turns = [r["turn"] for r in rows]
-            ax.plot(turns, [r["p50_ms"] for r in rows], "o-", color=f"C{i}", label=f"{run['target']} p50")
-            ax.plot(turns, [r["p99_ms"] for r in rows], "s--", color=f"C{i}", alpha=0.7, label=f"{run['target']} p99")
+            _p50_p99(ax, [r["turn"] for r in rows], rows, f"C{i}", run["target"])
     ax.set_xlabel("turn (the conversation grows by one tool call + result per turn)")
     ax.set_ylabel("render latency (ms)")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"{result['workload']}: render latency per turn")
-    _finish(ax)
-    return _save(plt, fig, out_dir, f"{result['workload']}_latency_by_turn.png")
+    return _save(plt, fig, ax, result, out_dir, "render latency per turn", "latency_by_turn")
