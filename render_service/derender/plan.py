@@ -13,6 +13,7 @@ from typing import Any
 
 from ..config import ServeConfig
 from ..errors import bad_request
+from ..protocol import stop_list
 from .schema import ChatRequestFields, ParseContext, SamplingFields
 
 MAX_CHOICES = 16384  # vLLM's VLLM_MAX_N_SEQUENCES
@@ -63,10 +64,8 @@ def parser_configured(config: ServeConfig) -> bool:
 
 
 def _stop_list(stop: str | list[str] | None) -> tuple[str, ...]:
-    if stop is None:
-        return ()
-    stops = (stop,) if isinstance(stop, str) else tuple(stop)
-    if any(not isinstance(s, str) or not s for s in stops):
+    stops = tuple(stop_list(stop))
+    if any(not s for s in stops):
         raise bad_request("Stop strings must be non-empty strings.", param="stop")
     return stops
 
