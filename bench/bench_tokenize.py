@@ -24,6 +24,7 @@ from pathlib import Path
 
 import tokenizers
 
+from render_service.detokenize import UNICODE_TO_BYTE
 from render_service.tokenizer import DEFAULT_SEGMENT_CACHE_BYTES, TextTokenizer
 from render_service.tokenizer.backends import FastokensBackend
 
@@ -60,21 +61,13 @@ def _tiktoken_encoder(hf: tokenizers.Tokenizer):
     """tiktoken Encoding from the same byte-level BPE ranks (Qwen's regex; NFC done in Python)."""
     import tiktoken
 
-    byte_of = {c: b for b, c in _bytes_to_unicode().items()}
     added = hf.get_added_tokens_decoder()
-    ranks = {bytes(byte_of[c] for c in tok): i for tok, i in hf.get_vocab(with_added_tokens=False).items()}
+    ranks = {bytes(UNICODE_TO_BYTE[c] for c in tok): i for tok, i in hf.get_vocab(with_added_tokens=False).items()}
     pattern = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
     enc = tiktoken.Encoding("qwen-bench", pat_str=pattern, mergeable_ranks=ranks,
                             special_tokens={t.content: i for i, t in added.items()})
     return lambda text: enc.encode(unicodedata.normalize("NFC", text), allowed_special="all")
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    # GPT-2's byte-level alphabet (the printable bytes map to themselves, the rest to U+0100+).
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    extra = [b for b in range(256) if b not in keep]
-    return {**{b: chr(b) for b in keep}, **{b: chr(256 + k) for k, b in enumerate(extra)}}
 
 
 def _time(fn, text: str) -> tuple[float, list[int]]:

@@ -60,7 +60,7 @@ def _gpt2_unicode_to_byte() -> dict[str, int]:
     return table
 
 
-_UNICODE_TO_BYTE = _gpt2_unicode_to_byte()
+UNICODE_TO_BYTE = _gpt2_unicode_to_byte()
 
 
 class TokenBytes:
@@ -102,7 +102,7 @@ class TokenBytes:
             return None
         if self.byte_level:
             try:
-                return bytes(_UNICODE_TO_BYTE[c] for c in piece)
+                return bytes(UNICODE_TO_BYTE[c] for c in piece)
             except KeyError:
                 return piece.encode()
         if self.byte_fallback:
