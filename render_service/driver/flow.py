@@ -176,32 +176,28 @@ class Leg:
         attempts = self.driver.attempts("decode", self.conversation)
         for url in attempts:
             request = client.build_request("POST", url + GENERATE_PATH, content=content, headers=headers)
-            try:
-                response = await client.send(request, stream=True)
-            except httpx.HTTPError as exc:
-                err = error_from_exception("decode", url, exc)
-                if err.unreachable:
-                    attempts.failed(err)
-                    continue
-                self.scope.to_abort.append(("decode", url, self.engine_id))
-                raise err from None
+            with self.scope.leg("decode", url, self.engine_id):
+                try:
+                    response = await client.send(request, stream=True)
+                except httpx.HTTPError as exc:
+                    err = error_from_exception("decode", url, exc)
+                    if err.unreachable:
+                        attempts.failed(err)
+                        continue
+                    raise err from None
             break
-        finished = False
-        with pool.use(url):
+        with pool.use(url), self.scope.leg("decode", url, self.engine_id):
             try:
                 if response.status_code != 200:
-                    finished = True
                     raise error_from_status("decode", url, response.status_code, await response.aread())
                 async for data in sse_data(response):
                     if data.strip() == "[DONE]":
-                        finished = True
                         return
                     try:
                         chunk = orjson.loads(data)
                     except orjson.JSONDecodeError:
                         raise HopError("decode", 502, f"decode hop failed: {url} sent an event that is not JSON.") from None
-                    if isinstance(chunk, dict) and "error" in chunk:
-                        finished = True  # the engine ended the request and says why
+                    if isinstance(chunk, dict) and "error" in chunk:  # the engine ended the request and says why
                         raise error_from_event("decode", url, chunk["error"])
                     yield chunk
                 raise HopError("decode", 502, f"decode hop failed: the stream from {url} ended without [DONE].")
@@ -209,8 +205,6 @@ class Leg:
                 raise error_from_exception("decode", url, exc) from None
             finally:
                 await response.aclose()
-                if not finished:
-                    self.scope.to_abort.append(("decode", url, self.engine_id))
 
 
 class Attempts:
