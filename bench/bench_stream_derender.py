@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import socket
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -62,30 +60,6 @@ def workload(tok) -> tuple[list[int], list[int], int]:
     head = tok.encode(REASONING)
     call_ids = tok.encode(call)
     return tok.encode(PROMPT), head + call_ids + [151645], len(head)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(port: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "render_service.cli", "serve", str(QWEN), "--port", str(port), "--host", "127.0.0.1",
-           "--reasoning-parser", "qwen3", "--tool-call-parser", "hermes", "--enable-auto-tool-choice",
-           "--uvicorn-log-level", "warning"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/health")
-            if c.getresponse().status == 200:
-                return proc
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("server did not start")
 
 
 def chunk(ids: list[int], last: bool) -> dict:
@@ -194,19 +168,22 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     if not QWEN.is_dir():
         raise SystemExit(f"needs {QWEN}")
+    from bench.targets import SpawnedServer
     from render_service.model import load_model
 
     tok = load_model(str(QWEN)).tokenizer
     prompt, ids, start = workload(tok)
-    port = free_port()
-    proc = start_server(port)
+    server = SpawnedServer([str(QWEN), "--reasoning-parser", "qwen3", "--tool-call-parser", "hermes",
+                            "--enable-auto-tool-choice"])
+    server.start()
+    port = server.port
     try:
+        server.wait_ready(120)
         run_stateless(port, prompt, ids[:50])  # warm-up
         times, total, visible, max_state = run_stateless(port, prompt, ids)
         lat, pipe_total = run_pipe(port, prompt, ids, visible)
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        server.stop()
     by_pos = dict(enumerate(times))
     print(f"workload: {len(ids)} output tokens = {start} reasoning + {len(ids) - start - 1} tool call + EOS; one token per chunk")
     print(f"{'position in call':>18} {'stateless ms':>13} {'pipe ms':>9}")
