@@ -49,7 +49,7 @@ def config_from_args(args: argparse.Namespace) -> DriverConfig:
                         connect_timeout=args.connect_timeout)
 
 
-def build_driver(config: DriverConfig, observer=None):
+def build_driver(config: DriverConfig):
     """``(driver, resolved config)``: loads the model unless ``config.render`` is set.
 
     Raises:
@@ -64,7 +64,7 @@ def build_driver(config: DriverConfig, observer=None):
     if config.render is None:
         bundle = load_bundle(config.serve)
         config = dataclasses.replace(config, serve=resolve_parsers(config.serve, bundle))
-    return Driver(config, bundle, observer), config
+    return Driver(config, bundle), config
 
 
 def run(args: argparse.Namespace) -> int:
