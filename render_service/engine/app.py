@@ -279,13 +279,11 @@ async def _watch_disconnect(request: Request, run: RunningJob) -> None:
 async def _collect(engine: Engine, req: wire.GenerateRequestIn, run: RunningJob, request: Request) -> Response:
     watcher = asyncio.create_task(_watch_disconnect(request, run))
     tokens: list[int] = []
-    finish = None
     try:
         while True:
             item = await run.queue.get()
             if item[0] == "tokens":
                 tokens.extend(item[1])
-                finish = item[2] or finish
             elif item[0] == "error":
                 return error_response(item[1])
             else:
@@ -298,7 +296,7 @@ async def _collect(engine: Engine, req: wire.GenerateRequestIn, run: RunningJob,
         wire.generate_response(
             request_id=job.request_id, model=req.model or engine.names[0],
             prompt_token_ids=job.prompt if req.return_token_ids else None,
-            token_ids=tokens, finish=finish or outcome.finish, num_prompt=len(job.prompt),
+            token_ids=tokens, finish=outcome.finish, num_prompt=len(job.prompt),
             metrics=metrics, kv_transfer_params=params,
         )
     )
