@@ -13,9 +13,10 @@ for each:
   double-encoded, case 01); templates that concatenate arguments as text (DeepSeek-R1)
   get the JSON string. Malformed JSON strings pass through unchanged.
 - ``reasoning_content`` (older clients) is the same as ``reasoning``.
-- ``content: null`` (OpenAI's assistant tool-call turn) becomes ``""``: transformers 5
-  drops None-valued keys, and templates such as Qwen3's and DeepSeek-R1's then fail on
-  the missing ``content`` of every tool-call turn.
+- ``content: null`` (OpenAI's assistant tool-call turn) stays null for templates that test
+  ``content is none`` (DeepSeek-V3/R1 write history tool calls only then) and becomes ``""``
+  for the rest, which read content as text (Qwen3's ``'</think>' in content`` fails on null,
+  and on the missing key that transformers 5 would leave).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def prepare_messages(messages: list[Any], template: ChatTemplate) -> list[dict]:
             raise bad_request(f"messages[{i}].role must be a non-empty string.", f"messages.{i}.role")
         prepared = dict(message)
         if prepared.get("content") is None:
-            prepared["content"] = ""
+            prepared["content"] = None if template.null_content == "none" else ""
         else:
             prepared["content"] = _content(prepared["content"], template.content_format, f"messages.{i}.content")
         if prepared.get("reasoning") is None and prepared.get("reasoning_content") is not None:

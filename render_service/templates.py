@@ -12,8 +12,11 @@ trained on if we render exactly the same way (wire parity with `apply_chat_templ
   filter returns `Markup`, which HTML-escapes quotes it is concatenated with (case 07);
 - globals `raise_exception(msg)` (raises `TemplateError`, surfaced as HTTP 400, case 08)
   and `strftime_now(fmt)`;
-- messages with ``None`` values have those keys dropped (transformers 5 behaviour), and
-  reasoning is aliased under ``reasoning_content``/``thinking``/``reasoning``;
+- messages with ``None`` values have those keys dropped (transformers 5 behaviour) — except
+  ``content``: OpenAI clients send ``content: null`` on every assistant tool-call turn, and
+  templates test for it (DeepSeek-V3 writes the calls only when ``content is none``; Qwen3
+  fails on a missing key), so it stays null as in transformers 4 and vLLM;
+- reasoning is aliased under ``reasoning_content``/``thinking``/``reasoning``;
 - `continue_final_message` cuts the render right after the final message's text.
 
 Source: `transformers/utils/chat_template_utils.py` (5.x), read for behaviour, not copied.
@@ -22,6 +25,7 @@ Source: `transformers/utils/chat_template_utils.py` (5.x), read for behaviour, n
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -35,6 +39,7 @@ from .errors import bad_request
 
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+_TESTS_CONTENT_FOR_NONE = re.compile(r"""(?:\.content|\[['"]content['"]\])\s+is\s+(?:not\s+)?none""")
 
 
 class TemplateRenderError(ValueError):
@@ -121,6 +126,9 @@ class ChatTemplate:
         self.literal_text = "\0".join(sorted(literals))
         self.content_format = _detect_content_format(ast)
         self.arguments_form = _detect_arguments_form(source)
+        # Templates that test `content is none` (DeepSeek-V3/R1 write tool calls only then) get
+        # OpenAI's null; the rest read content as text, where null crashes (Qwen3: `'x' in content`).
+        self.null_content = "none" if _TESTS_CONTENT_FOR_NONE.search(source) else "empty"
 
     def render(
         self,
@@ -140,7 +148,7 @@ class ChatTemplate:
         Raises:
             TemplateRenderError: the template raised (`raise_exception`) or failed.
         """
-        chat = [_alias_reasoning({k: v for k, v in m.items() if v is not None}) for m in messages]
+        chat = [_alias_reasoning({k: v for k, v in m.items() if v is not None or k == "content"}) for m in messages]
         final_text = None
         if continue_final_message:
             chat, final_text = _tag_final_message(chat)

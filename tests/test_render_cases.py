@@ -151,3 +151,17 @@ def test_reasoning_ended_follows_the_prompt_cases_23_25():
     assert default["reasoning_ended"] is False and off["reasoning_ended"] is True
     assert default["sampling_params"]["skip_special_tokens"] is False  # markers must survive decoding
     assert default["reasoning_parser_kwargs"]["chat_template_kwargs"]["add_generation_prompt"] is True
+
+
+@pytest.mark.parametrize("template", ["deepseek-v3", "deepseek-r1-distill", "qwen3"])
+def test_null_content_tool_call_turn_keeps_its_calls(template):
+    """OpenAI's `content: null` tool-call turn: templates that test `content is none` must still
+    write the calls, and templates that read content as text must not fail."""
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "cold"}, {"role": "user", "content": "thanks"}]
+    with render_server(str(MODELS / "deepseek-r1"), chat_template=str(TEMPLATES / f"{template}.jinja")) as url:
+        r = _render(url, {"messages": messages})
+    assert r.status_code == 200, r.text
+    text = _text("deepseek-r1", r.json()["token_ids"])
+    assert "get_weather" in text and "Oslo" in text

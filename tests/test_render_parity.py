@@ -98,16 +98,24 @@ def _oracle_ids(tok, body: dict, template: str | None) -> list[int] | None:
     for m in messages:  # transformers reads `reasoning_content`; vLLM renames it `reasoning`
         if "reasoning" in m:
             m["reasoning_content"] = m["reasoning"]
+    options = dict(
+        tools=body.get("tools"),
+        chat_template=source,
+        add_generation_prompt=body.get("add_generation_prompt", True),
+        continue_final_message=body.get("continue_final_message", False),
+    )
     try:
-        out = tok.apply_chat_template(
-            messages,
-            tools=body.get("tools"),
-            chat_template=source,
-            add_generation_prompt=body.get("add_generation_prompt", True),
-            continue_final_message=body.get("continue_final_message", False),
-            tokenize=True,
-            **body.get("chat_template_kwargs", {}),
-        )
+        if any("content" in m and m["content"] is None for m in messages):
+            # apply_chat_template (transformers 5) drops `content: null`, which OpenAI clients
+            # send on every tool-call turn and templates test for; render with transformers'
+            # own renderer on the messages as sent (transformers 4 / vLLM behaviour), then encode.
+            from transformers.utils.chat_template_utils import render_jinja_template
+
+            rendered, _ = render_jinja_template(
+                conversations=[messages], **options, **{**tok.special_tokens_map, **body.get("chat_template_kwargs", {})}
+            )
+            return list(tok(rendered[0], add_special_tokens=False)["input_ids"])
+        out = tok.apply_chat_template(messages, tokenize=True, **options, **body.get("chat_template_kwargs", {}))
     except Exception:  # noqa: BLE001 - any refusal by the real template counts as a refusal
         return None
     return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
