@@ -52,7 +52,8 @@ def _positive(value: str) -> int:
     return number
 
 
-def _port(value: str) -> int:
+def port_type(value: str) -> int:
+    """argparse type: a TCP port, 1-65535."""
     number = _positive(value)
     if number > 65535:
         raise argparse.ArgumentTypeError(f"ports go up to 65535, got {number}")
@@ -105,7 +106,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("model_positional", nargs="?", metavar="MODEL", help="same as --model")
     add_model_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="listen address (0.0.0.0 for all interfaces)")
-    p.add_argument("--port", type=_port, default=8000, help="listen port")
+    p.add_argument("--port", type=port_type, default=8000, help="listen port")
     p.add_argument("--workers", type=_positive, default=1, help="server processes sharing the port")
     p.add_argument("--api-key", action="append", default=None, help="guard /v1, /v2, /inference (repeatable)")
     p.add_argument("--trust-request-chat-template", action="store_true")

@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from ..cli import add_model_arguments, serve_config_from_args
+from ..cli import add_model_arguments, port_type, serve_config_from_args
 from .config import DriverConfig, split_urls
 
 DESCRIPTION = (
@@ -26,12 +26,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="render server to render/derender on (default: in this process with the model flags)")
     add_model_arguments(p)
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8192)
+    p.add_argument("--port", type=port_type, default=8192)
     p.add_argument("--timeout", type=float, default=600.0, metavar="S",
                    help="seconds an upstream may stay silent before its hop fails with 504 (default 600)")
     p.add_argument("--connect-timeout", type=float, default=5.0, metavar="S",
                    help="seconds to connect to an upstream before trying the next one (default 5)")
-    p.add_argument("--uvicorn-log-level", default="info")
+    p.add_argument("--uvicorn-log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..cli import port_type
 from .app import FAILURE_POLICIES, ROLES, EngineConfig, create_app
 from .backend import Backend
 
@@ -22,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="prefill: exports KV for do_remote_decode legs; decode: pulls KV for "
                              "do_remote_prefill legs; both: either (default)")
     parser.add_argument("--host", default="127.0.0.1", help="bind address; also advertised as remote_host")
-    parser.add_argument("--port", type=int, default=8000, help="HTTP port; also advertised as remote_port")
+    parser.add_argument("--port", type=port_type, default=8000, help="HTTP port; also advertised as remote_port")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--model", metavar="GGUF_OR_DIR",
                         help="GGUF file, or a directory holding exactly one (default: SmolLM2-135M-Instruct Q4_1)")
