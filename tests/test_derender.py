@@ -213,6 +213,13 @@ def test_negative_prompt_tokens_is_400_for_completions_like_chat(smol):
     assert r.json()["error"]["param"] == "prompt_tokens.0"
 
 
+def test_negative_usage_from_the_engine_is_400(smol):
+    usage = {"prompt_tokens": -5, "completion_tokens": 1, "total_tokens": -4}
+    body = {"generate_responses": [{"choices": [gen_choice([1], "stop")], "usage": usage}]}
+    r = smol.post("/v1/completions/derender", json=body)
+    assert r.status_code == 400 and "usage" in (r.json()["error"]["param"] or ""), r.text
+
+
 @pytest.mark.parametrize("raw,ctype", [(b"{not json", "application/json"), (b"[1,2]", "application/json"),
                                        (b"{}", "text/plain")])
 def test_malformed_bodies_are_400(smol, raw, ctype):

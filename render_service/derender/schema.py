@@ -51,9 +51,9 @@ class GenChoice(BaseModel):
 
 class Usage(BaseModel):
     model_config = _LOOSE
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
+    prompt_tokens: NonNegativeInt = 0
+    completion_tokens: NonNegativeInt = 0
+    total_tokens: NonNegativeInt = 0
 
 
 class GenerateResponse(BaseModel):
