@@ -56,3 +56,12 @@ def bad_request(message: str, param: str | None = None) -> OpenAIError:
 def not_found(message: str, param: str | None = None) -> OpenAIError:
     """A 404 ``NotFoundError``."""
     return OpenAIError(404, message, param=param)
+
+
+def check_token_ids(ids: list[int] | None, vocab_size: int, param: str) -> None:
+    """400 unless every id is in ``[0, vocab_size)``."""
+    if ids:
+        lo, hi = min(ids), max(ids)
+        if lo < 0 or hi >= vocab_size:
+            bad = lo if lo < 0 else hi
+            raise bad_request(f"Token id {bad} in `{param}` is outside the vocabulary [0, {vocab_size}).", param=param)

@@ -14,7 +14,7 @@ from parsers import api as parsers_api
 
 from .chat import history_tool_call_count, prepare_messages
 from .config import ServeConfig
-from .errors import bad_request
+from .errors import bad_request, check_token_ids
 from .model import ModelBundle
 from .protocol import ChatCompletionRequest, CompletionRequest
 from .sampling import build_sampling_params
@@ -123,9 +123,7 @@ def render_completion(
         if isinstance(prompt, str):
             token_ids = bundle.tokenizer.encode(prompt, add_special_tokens=req.add_special_tokens)
         else:
-            bad = next((t for t in prompt if t >= vocab), None)
-            if bad is not None:
-                raise bad_request(f"Token id {bad} is out of vocabulary (size {vocab}).", "prompt")
+            check_token_ids(prompt, vocab, "prompt")
             token_ids = list(prompt)
         if not token_ids:
             raise bad_request("The prompt is empty after tokenization.", "prompt")

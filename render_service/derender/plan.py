@@ -155,12 +155,3 @@ def _stop_fields(bundle: Any, s: ChatRequestFields | SamplingFields | None) -> d
         tokenizer_eos_id=tok_eos,
         ignore_eos=bool(s.ignore_eos) if s is not None else False,
     )
-
-
-def check_ids(ids: list[int] | None, vocab_size: int, param: str) -> None:
-    """400 unless every id is in ``[0, vocab_size)``."""
-    if ids:
-        lo, hi = min(ids), max(ids)
-        if lo < 0 or hi >= vocab_size:
-            bad = lo if lo < 0 else hi
-            raise bad_request(f"Token id {bad} in `{param}` is outside the vocabulary [0, {vocab_size}).", param=param)

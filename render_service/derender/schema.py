@@ -2,7 +2,7 @@
 
 Only the fields derender reads are typed; unknown keys are accepted and ignored, as vLLM
 does, so a router can forward whole objects. Token ids are checked against the
-vocabulary later (`render_service.derender.plan.check_ids`), where the tokenizer is known.
+vocabulary later (`render_service.errors.check_token_ids`), where the tokenizer is known.
 """
 
 from __future__ import annotations

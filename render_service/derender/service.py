@@ -24,7 +24,8 @@ from ..errors import OpenAIError, bad_request
 from . import assemble
 from .choice import ChoiceStream, Delta
 from .logprobs import logprob_ids
-from .plan import MAX_CHOICES, Plan, chat_plan, check_ids, completion_plan
+from ..errors import check_token_ids
+from .plan import MAX_CHOICES, Plan, chat_plan, completion_plan
 from .schema import (DerenderChatRequest, DerenderChatStreamRequest, DerenderCompletionRequest,
                      DerenderCompletionStreamRequest, GenChoice, GenerateResponse)
 from .state import StateCodec
@@ -54,7 +55,7 @@ class Derenderer:
         """400 for prompt ids beyond ``max_model_len`` or outside the vocabulary."""
         if ids is not None and len(ids) > self.bundle.max_model_len:
             raise bad_request(f"`{param}` has {len(ids)} ids; the limit is max_model_len={self.bundle.max_model_len}.", param)
-        check_ids(ids, self.tok.vocab_size, param)
+        check_token_ids(ids, self.tok.vocab_size, param)
 
     def check_response(self, gen: GenerateResponse, param: str, streaming: bool) -> None:
         """400 unless the generate response/chunk is within bounds (wire brief §1.6): choice
@@ -76,13 +77,13 @@ class Derenderer:
                 raise bad_request("A choice has no token_ids.", f"{p}.token_ids")
             if ch.token_ids and len(ch.token_ids) > limit:
                 raise bad_request(f"A choice has {len(ch.token_ids)} token_ids; max_model_len is {limit}.", f"{p}.token_ids")
-            check_ids(ch.token_ids, self.tok.vocab_size, f"{p}.token_ids")
+            check_token_ids(ch.token_ids, self.tok.vocab_size, f"{p}.token_ids")
             if ch.logprobs is not None:
                 if len(ch.logprobs.content) > limit:
                     raise bad_request(f"logprobs.content is longer than max_model_len={limit}.", f"{p}.logprobs")
                 if max_lp != -1 and any(len(pos.top_logprobs or []) > max_lp + 1 for pos in ch.logprobs.content):
                     raise bad_request(f"More than {max_lp} top logprobs per position (--max-logprobs).", f"{p}.logprobs")
-                check_ids(logprob_ids(ch.logprobs), self.tok.vocab_size, f"{p}.logprobs")
+                check_token_ids(logprob_ids(ch.logprobs), self.tok.vocab_size, f"{p}.logprobs")
 
     # -- non-streaming ---------------------------------------------------------------
     def _run_whole(self, plan: Plan, prompt: list[int] | None, ch: GenChoice) -> Delta:

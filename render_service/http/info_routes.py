@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import __version__
-from ..errors import bad_request
+from ..errors import check_token_ids
 from ..protocol import ChatCompletionRequest
 from ..render import render_chat
 from .common import AppContext, JSONResponse, read_json, validate
@@ -105,10 +105,7 @@ def routes(ctx: AppContext) -> list[Route]:
     async def detokenize(request: Request) -> JSONResponse:
         req = validate(_Detokenize, await read_json(request, ctx.config.max_body_bytes))
         ctx.check_model(req.model)
-        vocab = bundle.tokenizer.vocab_size
-        bad = next((t for t in req.tokens if t >= vocab), None)
-        if bad is not None:
-            raise bad_request(f"Token id {bad} is out of vocabulary (size {vocab}).", "tokens")
+        check_token_ids(req.tokens, bundle.tokenizer.vocab_size, "tokens")
         return JSONResponse({"prompt": await ctx.run_cpu(bundle.tokenizer.decode, req.tokens, True)})
 
     async def metrics(request: Request) -> Response:
