@@ -12,6 +12,7 @@ from .api import (
     detect_parsers,
     message_from_events,
     parse_complete,
+    prompt_ends_reasoning,
     prompt_starts_in_reasoning,
     reasoning_parser_names,
     tool_parser_names,
@@ -19,5 +20,5 @@ from .api import (
 from .events import Content, Event, Reasoning, ToolCallArguments, ToolCallEnd, ToolCallStart
 
 __all__ = ["OutputParser", "ParsedMessage", "ParsedToolCall", "ParserSpec", "create_parser", "detect_parsers",
-           "message_from_events", "parse_complete", "prompt_starts_in_reasoning", "reasoning_parser_names",
+           "message_from_events", "parse_complete", "prompt_ends_reasoning", "prompt_starts_in_reasoning", "reasoning_parser_names",
            "tool_parser_names", "Content", "Event", "Reasoning", "ToolCallArguments", "ToolCallEnd", "ToolCallStart"]

@@ -44,7 +44,7 @@ from .detect import detect_parsers
 from .events import Content, Event, Reasoning, ToolCallArguments, ToolCallEnd, ToolCallStart
 from .formats import ToolFormat
 from .harmony import HarmonyStage
-from .reasoning import ReasoningStage, starts_open
+from .reasoning import ReasoningStage, rules_out_reasoning, starts_open
 from .registry import reasoning_parser_names, tool_parser_names
 from .schema import tool_names
 from .tools import PassThrough, ToolStage
@@ -248,6 +248,23 @@ def prompt_starts_in_reasoning(reasoning: str | None, prompt_text: str,
     return starts_open(fmt, prompt_text, chat_template_kwargs or {})
 
 
+def prompt_ends_reasoning(reasoning: str | None, prompt_text: str,
+                          chat_template_kwargs: dict | None = None) -> bool:
+    """Is reasoning over before the first generated token? vLLM's ``reasoning_ended`` for
+    the engine's structured-output gate (wire brief §2.5): True only when the prompt rules
+    thinking out — a closed think block in the last turn, or thinking turned off by a
+    template kwarg. An open block, or none where the model may write its own opening tag,
+    is False, so an output constraint waits until the model's reasoning ends. Harmony
+    (gpt-oss) always may reason first: False. No reasoning parser: False.
+    """
+    if not reasoning:
+        return False
+    fmt = registry.reasoning_format(reasoning)
+    if fmt == registry.HARMONY:
+        return False
+    return rules_out_reasoning(fmt, prompt_text, chat_template_kwargs or {})
+
+
 def parse_complete(spec: ParserSpec, text: str) -> ParsedMessage:
     """Non-streaming parse of a whole output (``feed(text)`` + ``finish()``)."""
     parser = OutputParser(spec)
@@ -278,6 +295,6 @@ def message_from_events(events: list[Event]) -> ParsedMessage:
 
 
 __all__ = ["ParserSpec", "OutputParser", "ParsedMessage", "ParsedToolCall", "create_parser",
-           "prompt_starts_in_reasoning", "parse_complete", "message_from_events", "merge_events",
+           "prompt_starts_in_reasoning", "prompt_ends_reasoning", "parse_complete", "message_from_events", "merge_events",
            "reasoning_parser_names", "tool_parser_names", "detect_parsers",
            "Event", "Content", "Reasoning", "ToolCallStart", "ToolCallArguments", "ToolCallEnd"]

@@ -113,6 +113,17 @@ HARMONY_REASONING_NAMES = ("openai_gptoss",)
 ALIASES = {"glm47": "glm45", "step5": "deepseek_r1"}
 
 
+def _last_turn_block(fmt: ReasoningFormat, prompt_text: str) -> str:
+    """``"open"``, ``"closed"`` or ``"none"``: the think block in the prompt's last turn."""
+    turn = max((prompt_text.rfind(m) + len(m) for m in TURN_MARKERS if m in prompt_text), default=0)
+    tail = prompt_text[turn:]
+    last_start = max((tail.rfind(m) for m in fmt.start), default=-1)
+    last_end = max((tail.rfind(m) for m in fmt.end), default=-1)
+    if last_start > last_end:
+        return "open"
+    return "closed" if last_end >= 0 else "none"
+
+
 def starts_open(fmt: ReasoningFormat, prompt_text: str, kwargs: dict) -> bool:
     """Does the rendered prompt leave the model inside reasoning? (cases 23 and 25)
 
@@ -122,15 +133,22 @@ def starts_open(fmt: ReasoningFormat, prompt_text: str, kwargs: dict) -> bool:
     """
     if fmt.content_prefix is not None:
         return False
-    turn = max((prompt_text.rfind(m) + len(m) for m in TURN_MARKERS if m in prompt_text), default=0)
-    tail = prompt_text[turn:]
-    last_start = max((tail.rfind(m) for m in fmt.start), default=-1)
-    last_end = max((tail.rfind(m) for m in fmt.end), default=-1)
-    if last_start > last_end:
-        return True  # the prompt is the stronger signal than any kwarg
-    if last_end >= 0:
-        return False
+    block = _last_turn_block(fmt, prompt_text)
+    if block != "none":
+        return block == "open"  # the prompt is the stronger signal than any kwarg
     return fmt.active(kwargs) and fmt.thinking(kwargs)
+
+
+def rules_out_reasoning(fmt: ReasoningFormat, prompt_text: str, kwargs: dict) -> bool:
+    """Does the prompt leave no room for reasoning? A closed block in the last turn (the
+    template answered for the model, case 25), or thinking switched off by a kwarg. A prompt
+    with no block where the model may open one itself (Qwen3's default) is not ruled out."""
+    if fmt.content_prefix is not None or not fmt.active(kwargs):
+        return True
+    block = _last_turn_block(fmt, prompt_text)
+    if block != "none":
+        return block == "closed"
+    return any(kwargs.get(k) is False for k in fmt.off_kwargs)
 
 
 class ReasoningStage:
@@ -225,4 +243,4 @@ class ReasoningStage:
 
 
 __all__ = ["ReasoningFormat", "ReasoningStage", "FORMATS", "ALIASES", "HARMONY_REASONING_NAMES",
-           "starts_open"]
+           "starts_open", "rules_out_reasoning"]

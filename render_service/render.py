@@ -80,7 +80,9 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
     if not req.include_reasoning:
         reasoning_ended = True
     elif reasoning_active:
-        reasoning_ended = _reasoning_ended(config.reasoning_parser, text, effective_kwargs)
+        reasoning_ended = parsers_api.prompt_ends_reasoning(
+            config.reasoning_parser, text[-_PROMPT_TAIL_CHARS:], effective_kwargs
+        )
 
     parse_context = {
         "tools": req.tools,
@@ -164,27 +166,6 @@ def resolve_max_tokens(bundle: ModelBundle, prompt_len: int, requested: int | No
     default = bundle.generation_config.get("max_new_tokens")
     want = requested if requested is not None else (default or room)
     return min(room, want)
-
-
-def _reasoning_ended(reasoning_parser: str, prompt_text: str, kwargs: dict) -> bool:
-    """``reasoning_ended`` for the engine's structured-output gate (wire brief §2.5).
-
-    True only when the prompt rules thinking out: thinking disabled by a template kwarg, or
-    the generation prompt already closed the reasoning block (``<think></think>``). A prompt
-    that opens reasoning, or leaves the model free to open it (Qwen3's default), is False, so
-    a JSON constraint waits until the model's reasoning ends.
-    """
-    if prompt_starts_in_reasoning(reasoning_parser, prompt_text, kwargs):
-        return False
-    if kwargs.get("enable_thinking") is False or kwargs.get("thinking") is False:
-        return True
-    tail = prompt_text[-_PROMPT_TAIL_CHARS:]
-    return "</think>" in tail[tail.rfind("<think>"):] if "<think>" in tail else False
-
-
-def prompt_starts_in_reasoning(reasoning_parser: str, prompt_text: str, kwargs: dict) -> bool:
-    """Whether generation begins inside a reasoning block, judged from the rendered prompt."""
-    return parsers_api.prompt_starts_in_reasoning(reasoning_parser, prompt_text[-_PROMPT_TAIL_CHARS:], kwargs)
 
 
 def _render_and_encode(

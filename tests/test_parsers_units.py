@@ -254,3 +254,16 @@ def test_supported_md_lists_every_parser():
     text = (Path(parsers.__file__).parent / "SUPPORTED.md").read_text()
     for name in tool_parser_names() + reasoning_parser_names():
         assert f"`{name}`" in text, name
+
+
+def test_prompt_ends_reasoning_only_when_the_prompt_rules_thinking_out():
+    from parsers import prompt_ends_reasoning
+
+    open_tail, closed_tail, bare = "<|im_start|>assistant\n<think>\n", "<|im_start|>assistant\n<think>\n\n</think>\n\n", "<|im_start|>assistant\n"
+    assert prompt_ends_reasoning("qwen3", closed_tail, {}) is True          # case 25, whatever kwarg caused it
+    assert prompt_ends_reasoning("qwen3", open_tail, {}) is False           # case 23
+    assert prompt_ends_reasoning("qwen3", bare, {}) is False                # the model may open <think> itself
+    assert prompt_ends_reasoning("qwen3", bare, {"enable_thinking": False}) is True
+    assert prompt_ends_reasoning("deepseek_v3", bare, {}) is True           # thinking flag off: no reasoning
+    assert prompt_ends_reasoning("openai_gptoss", bare, {}) is False
+    assert prompt_ends_reasoning(None, closed_tail, {}) is False
