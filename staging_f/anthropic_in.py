@@ -1,0 +1,166 @@
+"""Anthropic Messages request → the one internal conversation (an OpenAI chat request body).
+
+Everything Messages-specific about *render* lives here; the chat front door does the rest,
+so a Messages prompt is token-identical to the one vLLM 0.33 builds: its render converts
+with the same function its ``/v1/messages`` uses
+(``entrypoints/anthropic/serving.py::AnthropicServingMessages.to_chat_completion_request``).
+The rules:
+
+- ``system`` (a string, or its text blocks joined with no separator) → one leading
+  ``system`` message; a ``system``-role message inside ``messages`` stays where it is.
+  Blocks starting ``x-anthropic-billing-header`` (Claude Code's per-request hash) are dropped.
+- Content blocks: ``text`` → text parts (a lone text part becomes plain string content);
+  ``thinking`` → the message's ``reasoning`` (joined); ``redacted_thinking`` is dropped;
+  ``tool_use`` → a tool call whose arguments are ``json.dumps(input)``; a user's
+  ``tool_result`` → a ``tool`` message *before* the user's remaining text (its text blocks
+  joined with ``"\\n"``); an assistant's ``tool_result`` → a text part ``"Tool result: …"``.
+  A user message left with no content is dropped.
+- ``max_tokens`` → ``max_completion_tokens``; ``stop_sequences`` → ``stop``;
+  ``tool_choice`` ``auto``/``any``/``tool``/``none`` → ``auto``/``required``/named/``none``,
+  ``disable_parallel_tool_use`` → ``parallel_tool_calls: false``; ``tools[].input_schema``
+  → ``parameters``; ``thinking.enabled.budget_tokens`` → ``thinking_token_budget``;
+  ``thinking.disabled`` → ``reasoning_effort: "none"``; ``output_config.effort`` →
+  ``reasoning_effort``, ``output_config.format`` → a ``json_schema`` response format;
+  ``stream`` → ``stream_options`` with usage (every Anthropic stream reports it).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+BILLING_HEADER = "x-anthropic-billing-header"
+_PASS_FIELDS = ("model", "temperature", "top_p", "top_k", "cache_salt", "kv_transfer_params", "ec_transfer_params",
+                "vllm_xargs", "chat_template_kwargs")
+# Block types that carry images, in a request or inside a tool_result.
+IMAGE_BLOCK = "image"
+
+
+def messages_to_chat(req: Any, disabled_thinking_effort: str = "none") -> dict[str, Any]:
+    """A validated `AnthropicMessagesRequest` → an OpenAI chat request body (plain dict).
+
+    ``disabled_thinking_effort``: the ``reasoning_effort`` that ``thinking.type: disabled``
+    maps to (vLLM's ``--anthropic-disabled-thinking-effort``; ``none`` for templates that
+    honour it).
+    """
+    messages: list[dict] = []
+    system = _system_text(req.system)
+    if system:
+        messages.append({"role": "system", "content": system})
+    for msg in req.messages:
+        _convert_message(msg, messages)
+    body: dict[str, Any] = {k: getattr(req, k) for k in _PASS_FIELDS if getattr(req, k) is not None}
+    body.update(messages=messages, max_tokens=req.max_tokens, max_completion_tokens=req.max_tokens)
+    if req.stop_sequences is not None:
+        body["stop"] = list(req.stop_sequences)
+    if req.stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    config = req.output_config or {}
+    fmt = config.get("format") if isinstance(config, dict) else None
+    if isinstance(fmt, dict) and fmt.get("schema") is not None:
+        body["response_format"] = {"type": "json_schema",
+                                   "json_schema": {"name": fmt.get("type", "json_schema"), "schema": fmt["schema"]}}
+    if isinstance(config, dict) and config.get("effort") is not None:
+        body["reasoning_effort"] = config["effort"]
+    if req.thinking is not None:
+        if req.thinking.type == "disabled":
+            body["reasoning_effort"] = disabled_thinking_effort
+        elif req.thinking.type == "enabled":
+            body["thinking_token_budget"] = req.thinking.budget_tokens
+    if req.tool_choice is not None:
+        body["parallel_tool_calls"] = not req.tool_choice.disable_parallel_tool_use
+        kind = req.tool_choice.type
+        body["tool_choice"] = ({"type": "function", "function": {"name": req.tool_choice.name}} if kind == "tool"
+                               else {"any": "required"}.get(kind, kind))
+    if req.tools is not None:
+        body["tools"] = [{"type": "function", "function": _function(t)} for t in req.tools]
+        body.setdefault("tool_choice", "auto")
+    return body
+
+
+def _function(tool: Any) -> dict:
+    fn = {"name": tool.name, "description": tool.description, "parameters": tool.input_schema}
+    for key in ("strict", "defer_loading"):
+        if getattr(tool, key) is not None:
+            fn[key] = getattr(tool, key)
+    return fn
+
+
+def _system_text(system: Any) -> str:
+    if not system:
+        return ""
+    if isinstance(system, str):
+        return system
+    return "".join(b.text for b in system if b.type == "text" and b.text and not b.text.startswith(BILLING_HEADER))
+
+
+def _convert_message(msg: Any, out: list[dict]) -> None:
+    if msg.role == "system":
+        text = msg.content if isinstance(msg.content, str) else "".join(
+            b.text for b in msg.content if b.type == "text" and b.text and not b.text.startswith(BILLING_HEADER))
+        if text and not text.startswith(BILLING_HEADER):
+            out.append({"role": "system", "content": text})
+        return
+    converted: dict[str, Any] = {"role": msg.role}
+    if isinstance(msg.content, str):
+        converted["content"] = msg.content
+        out.append(converted)
+        return
+    parts: list[dict] = []
+    calls: list[dict] = []
+    reasoning: list[str] = []
+    for block in msg.content:
+        if block.type == "text" and block.text:
+            parts.append({"type": "text", "text": block.text})
+        elif block.type == IMAGE_BLOCK and block.source:
+            parts.append({"type": "image_url", "image_url": {"url": image_url(block.source)}})
+        elif block.type == "thinking" and block.thinking is not None:
+            reasoning.append(block.thinking)
+        elif block.type == "tool_use":
+            calls.append({"id": block.id or f"call_{int(time.time())}", "type": "function",
+                          "function": {"name": block.name or "", "arguments": json.dumps(block.input or {})}})
+        elif block.type == "tool_result":
+            if msg.role == "user":
+                _user_tool_result(block, out)
+            else:
+                parts.append({"type": "text", "text": f"Tool result: {str(block.content) if block.content else ''}"})
+    if reasoning:
+        converted["reasoning"] = "".join(reasoning)
+    if calls:
+        converted["tool_calls"] = calls
+    if parts:
+        converted["content"] = parts[0]["text"] if len(parts) == 1 and parts[0]["type"] == "text" else parts
+    if not (msg.role == "user" and "content" not in converted):
+        out.append(converted)
+
+
+def _user_tool_result(block: Any, out: list[dict]) -> None:
+    images: list[str] = []
+    if isinstance(block.content, str):
+        text = block.content
+    elif isinstance(block.content, list):
+        texts = []
+        for item in block.content:
+            if not isinstance(item, dict):
+                continue
+            if item.get("type") == "text":
+                texts.append(item.get("text", ""))
+            elif item.get("type") == IMAGE_BLOCK:
+                url = image_url(item.get("source", {}))
+                if url:
+                    images.append(url)
+        text = "\n".join(texts)
+    else:
+        text = ""
+    out.append({"role": "tool", "tool_call_id": block.tool_use_id or "", "content": text or ""})
+    if images:
+        out.append({"role": "user", "content": [{"type": "image_url", "image_url": {"url": u}} for u in images]})
+
+
+def image_url(source: dict) -> str:
+    """An Anthropic image ``source`` → a URL (``url`` as is, ``base64`` as a data URL)."""
+    if source.get("type") == "url":
+        return source.get("url", "")
+    return f"data:{source.get('media_type', 'image/jpeg')};base64,{source.get('data', '')}"

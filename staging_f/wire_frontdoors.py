@@ -1,0 +1,228 @@
+"""Client requests of the Responses and Anthropic Messages front doors.
+
+Field names, types and defaults follow vLLM 0.33's ``ResponsesRequest``
+(``entrypoints/openai/responses/protocol.py``) and ``AnthropicMessagesRequest``
+(``entrypoints/anthropic/protocol.py``); JSON Schemas of both are in
+``../shared/design/vllm-0.33-schemas/``. Unknown keys are accepted and ignored. Only what
+render and derender read is typed; items and content blocks stay plain dicts after their
+shape is checked, since the converters read them as data.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# -- OpenAI Responses ------------------------------------------------------------------
+
+_MESSAGE_ROLES = ("user", "assistant", "system", "developer")
+_ITEM_REQUIRED = {"function_call": ("call_id", "name", "arguments"), "function_call_output": ("call_id", "output"),
+                  "reasoning": ("summary",)}
+
+
+def _check_item(i: int, item: Any) -> None:
+    if not isinstance(item, dict):
+        raise ValueError(f"input[{i}] must be an object")
+    kind = item.get("type")
+    if kind in _ITEM_REQUIRED:
+        missing = [k for k in _ITEM_REQUIRED[kind] if item.get(k) is None]
+        if missing:
+            raise ValueError(f"input[{i}] ({kind}) needs {', '.join(missing)}")
+        if kind == "function_call" and not isinstance(item["arguments"], str):
+            raise ValueError(f"input[{i}].arguments must be a JSON string")
+        return
+    if kind not in (None, "message"):
+        raise ValueError(f"input[{i}] has unsupported type {kind!r}")
+    if item.get("role") not in _MESSAGE_ROLES:
+        raise ValueError(f"input[{i}].role must be one of {', '.join(_MESSAGE_ROLES)}")
+    content = item.get("content")
+    if not isinstance(content, (str, list)):
+        raise ValueError(f"input[{i}].content must be a string or a list of content parts")
+    for j, part in enumerate(content if isinstance(content, list) else []):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise ValueError(f"input[{i}].content[{j}] must be an object with a type")
+
+
+class ResponsesRequest(_Lenient):
+    """``POST /v1/responses`` (and ``…/render``) body, as vLLM 0.33 accepts it."""
+
+    input: str | list[Any]
+    model: str | None = None
+    instructions: str | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    previous_response_id: str | None = None
+    prompt: Any = None
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] = "auto"
+    parallel_tool_calls: bool | None = True
+    text: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+    include: list[str] | None = None
+    include_reasoning: bool = True
+    top_logprobs: int | None = Field(default=0, ge=0, le=20)
+    truncation: Literal["auto", "disabled"] | None = "disabled"
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool | None = None
+    spaces_between_special_tokens: bool = True
+    logit_bias: dict[str, float] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    stream: bool | None = False
+    store: bool | None = True
+    background: bool | None = False
+    metadata: dict[str, Any] | None = None
+    user: str | None = None
+    service_tier: str | None = "auto"
+    max_tool_calls: int | None = None
+    request_id: str | None = None
+    cache_salt: str | None = Field(default=None, min_length=1, max_length=1024)
+    priority: int = 0
+    kv_transfer_params: dict[str, Any] | None = None
+    ec_transfer_params: dict[str, Any] | None = None
+    vllm_xargs: dict[str, Any] | None = None
+
+    @field_validator("input")
+    @classmethod
+    def _items(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            for i, item in enumerate(v):
+                _check_item(i, item)
+        return v
+
+    @field_validator("tools")
+    @classmethod
+    def _tools(cls, v: list[dict]) -> list[dict]:
+        for i, tool in enumerate(v):
+            if not isinstance(tool.get("type"), str):
+                raise ValueError(f"tools[{i}] needs a type")
+            if tool["type"] == "function":
+                if not isinstance(tool.get("name"), str) or not tool["name"]:
+                    raise ValueError(f"tools[{i}].name must be a non-empty string")
+                if tool.get("parameters") is not None and not isinstance(tool["parameters"], dict):
+                    raise ValueError(f"tools[{i}].parameters must be a JSON Schema object")
+        return v
+
+    @model_validator(mode="after")
+    def _consistency(self) -> "ResponsesRequest":
+        if self.prompt is not None:
+            raise ValueError("prompt template is not supported")
+        if self.background and self.store is False:
+            raise ValueError("background can only be used when `store` is true")
+        if self.temperature is not None and not 0 <= self.temperature <= 2:
+            raise ValueError(f"temperature must be in [0, 2], got {self.temperature}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        fmt = (self.text or {}).get("format")
+        if fmt is not None:
+            kind = fmt.get("type") if isinstance(fmt, dict) else None
+            if kind not in ("text", "json_object", "json_schema"):
+                raise ValueError("text.format.type must be text, json_object or json_schema")
+            if kind == "json_schema" and (not isinstance(fmt.get("name"), str) or not isinstance(fmt.get("schema"), dict)):
+                raise ValueError("text.format json_schema needs a name and a schema object")
+        if isinstance(self.tool_choice, dict) and self.tool_choice.get("type") == "function":
+            names = {t.get("name") for t in self.tools if t.get("type") == "function"}
+            if self.tool_choice.get("name") not in names:
+                raise ValueError(f"Tool choice 'function' not found in 'tools' parameter.")
+        return self
+
+
+# -- Anthropic Messages ----------------------------------------------------------------
+
+_BLOCK_TYPES = ("text", "image", "tool_use", "tool_result", "tool_reference", "thinking", "redacted_thinking")
+
+
+class AnthropicBlock(_Lenient):
+    """A content block: ``text``, ``image``, ``tool_use``, ``tool_result``, ``thinking``,
+    ``redacted_thinking`` (``tool_reference`` is accepted and ignored, as in vLLM)."""
+
+    type: Literal["text", "image", "tool_use", "tool_result", "tool_reference", "thinking", "redacted_thinking"]
+    text: str | None = None
+    source: dict[str, Any] | None = None
+    id: str | None = None
+    tool_use_id: str | None = None
+    name: str | None = None
+    input: dict[str, Any] | None = None
+    content: str | list[dict[str, Any]] | None = None
+    is_error: bool | None = None
+    thinking: str | None = None
+    signature: str | None = None
+    data: str | None = None
+
+
+class AnthropicMessage(_Lenient):
+    role: Literal["user", "assistant", "system"]
+    content: str | list[AnthropicBlock]
+
+
+class AnthropicTool(_Lenient):
+    name: str
+    description: str | None = None
+    input_schema: dict[str, Any]
+    strict: bool | None = None
+    defer_loading: bool | None = None
+
+
+class AnthropicToolChoice(_Lenient):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+
+class AnthropicThinking(_Lenient):
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: int | None = None
+
+    @model_validator(mode="after")
+    def _budget(self) -> "AnthropicThinking":
+        if self.type == "enabled" and (self.budget_tokens is None or self.budget_tokens < 1024):
+            raise ValueError("thinking.budget_tokens must be at least 1024")
+        return self
+
+
+class AnthropicMessagesRequest(_Lenient):
+    """``POST /v1/messages`` (and ``…/render``) body, as vLLM 0.33 accepts it."""
+
+    model: str = Field(min_length=1)
+    messages: list[AnthropicMessage]
+    max_tokens: int = Field(gt=0)
+    system: str | list[AnthropicBlock] | None = None
+    metadata: dict[str, Any] | None = None
+    output_config: dict[str, Any] | None = None
+    thinking: AnthropicThinking | None = None
+    stop_sequences: list[str] | None = Field(default=None, max_length=4)
+    stream: bool | None = False
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    tool_choice: AnthropicToolChoice | None = None
+    tools: list[AnthropicTool] | None = None
+    cache_salt: str | None = Field(default=None, min_length=1, max_length=1024)
+    kv_transfer_params: dict[str, Any] | None = None
+    ec_transfer_params: dict[str, Any] | None = None
+    vllm_xargs: dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _budget(self) -> "AnthropicMessagesRequest":
+        remote_prefill = bool((self.kv_transfer_params or {}).get("do_remote_decode"))
+        if self.thinking is not None and self.thinking.type == "enabled" and not remote_prefill \
+                and self.thinking.budget_tokens >= self.max_tokens:
+            raise ValueError("thinking.budget_tokens must be less than max_tokens")
+        return self
