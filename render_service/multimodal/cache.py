@@ -1,0 +1,93 @@
+"""The processor cache: processed items keyed by ``mm_hash``, bounded in bytes (vLLM's ``--mm-processor-cache-gb``).
+
+A hit skips decoding, resizing and (once encoded) msgpack + base64. A part that carries only a
+``uuid`` is answered from here or refused (vLLM: "Cache miss for image at index 0 but data is
+not provided."). Thread-safe: workers of the CPU pool insert while the event loop reads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from .items import ProcessedItem
+from .serde import encode_item
+
+
+@dataclass
+class CachedItem:
+    """A processed item and, once asked for, its wire encodings (kept to skip re-encoding)."""
+
+    item: ProcessedItem
+    kwargs_b64: str | None = None
+    metadata_b64: str | None = None
+    encoded: bool = False
+
+    @property
+    def nbytes(self) -> int:
+        return self.item.nbytes + len(self.kwargs_b64 or "") + len(self.metadata_b64 or "")
+
+
+class ProcessorCache:
+    """LRU of `CachedItem` by hash, evicting least recently used entries past ``capacity_bytes``.
+
+    ``capacity_bytes`` 0 disables caching (every lookup misses, nothing is kept).
+    """
+
+    def __init__(self, capacity_bytes: int):
+        self.capacity_bytes = capacity_bytes
+        self._entries: OrderedDict[str, CachedItem] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: str) -> CachedItem | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return entry
+
+    def put(self, key: str, entry: CachedItem) -> None:
+        """Insert or replace; entries larger than the whole capacity are not kept."""
+        size = entry.nbytes
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._size -= old.nbytes
+            if size > self.capacity_bytes:
+                return
+            self._entries[key] = entry
+            self._size += size
+            self._evict()
+
+    def encodings(self, key: str, entry: CachedItem) -> tuple[str | None, str | None]:
+        """``(kwargs_data entry, mm_metadata entry)`` of ``entry``, encoded once and then kept (and counted)."""
+        if entry.encoded:
+            return entry.kwargs_b64, entry.metadata_b64
+        kwargs_b64, metadata_b64 = encode_item(entry.item), encode_item(entry.item, metadata_only=True)
+        with self._lock:
+            if not entry.encoded:
+                before = entry.nbytes
+                entry.kwargs_b64, entry.metadata_b64, entry.encoded = kwargs_b64, metadata_b64, True
+                if self._entries.get(key) is entry:
+                    self._size += entry.nbytes - before
+                    self._evict()
+        return entry.kwargs_b64, entry.metadata_b64
+
+    def _evict(self) -> None:
+        while self._size > self.capacity_bytes and self._entries:
+            _, evicted = self._entries.popitem(last=False)
+            self._size -= evicted.nbytes
+
+    @property
+    def size_bytes(self) -> int:
+        return self._size
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,91 @@
+"""Decoding image bytes with Pillow the way vLLM 0.33's ``ImageMediaIO`` does.
+
+Steps (``multimodal/media/image.py``, ``multimodal/image.py``): open with vLLM's format
+allow-list; refuse more than ``max_pixels``; apply the EXIF orientation; decode; convert to
+RGB, compositing any transparency (RGBA, LA, PA, or a ``tRNS`` chunk) over the background
+colour. ``io_config`` is set exactly when that conversion changed the image: it enters the
+hash. Pillow releases the GIL while decoding, so this runs well in a thread pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from ..errors import bad_request
+
+# vLLM's ALLOWED_IMAGE_FORMATS: in-process raster readers only (no EPS/Ghostscript, WMF, stubs).
+ALLOWED_IMAGE_FORMATS = (
+    "AVIF", "BLP", "BMP", "CUR", "DCX", "DDS", "DIB", "FITS", "FLI", "FTEX", "GBR", "GIF", "ICNS", "ICO",
+    "IM", "IMT", "IPTC", "JPEG", "JPEG2000", "MCIDAS", "MSP", "PCD", "PCX", "PIXAR", "PNG", "PPM", "PSD",
+    "QOI", "SGI", "SPIDER", "SUN", "TGA", "TIFF", "WEBP", "XBM", "XPM", "XVTHUMB",
+)
+DEFAULT_MAX_IMAGE_PIXELS = 178_956_970   # vLLM's VLLM_MAX_IMAGE_PIXELS
+BACKGROUND = (255, 255, 255)
+
+
+@dataclass(frozen=True)
+class ImageHeader:
+    """What the file header tells before any pixel is decoded."""
+
+    width: int
+    height: int
+    io_config: dict | None   # non-None when decoding will convert the mode (a hash input)
+
+
+def _needs_conversion(image: Image.Image) -> bool:
+    return image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info or image.mode != "RGB"
+
+
+def _open(data: bytes, max_pixels: int, param: str | None) -> Image.Image:
+    try:
+        image = Image.open(io.BytesIO(data), formats=ALLOWED_IMAGE_FORMATS)
+    except Exception as exc:   # Pillow raises many types for hostile input; all are the client's fault
+        raise bad_request(f"Failed to load image: {_reason(exc)}", param) from None
+    w, h = image.size
+    if max_pixels > 0 and w * h > max_pixels:
+        raise bad_request(f"Image dimensions {w}x{h} ({w * h} pixels) exceed the maximum of {max_pixels} pixels.", param)
+    return image
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc).replace("<_io.BytesIO object>", "").strip()
+    return text or type(exc).__name__
+
+
+def read_header(data: bytes, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, param: str | None = None) -> ImageHeader:
+    """Size and mode conversion of an encoded image without decoding its pixels.
+
+    Raises:
+        OpenAIError: 400 for an unknown or disallowed format or too many pixels.
+    """
+    image = _open(data, max_pixels, param)
+    io_config = {"image_mode": "RGB", "rgba_background_color": BACKGROUND} if _needs_conversion(image) else None
+    return ImageHeader(image.size[0], image.size[1], io_config)
+
+
+def decode_rgb(data: bytes, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, param: str | None = None) -> np.ndarray:
+    """Decode to an RGB uint8 ``[H, W, 3]`` array, EXIF orientation applied, transparency on white.
+
+    Raises:
+        OpenAIError: 400 for undecodable, truncated or oversize images.
+    """
+    image = _open(data, max_pixels, param)
+    try:
+        with contextlib.suppress(Exception):
+            image = ImageOps.exif_transpose(image)
+        image.load()
+        if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
+            rgba = image if image.mode == "RGBA" else image.convert("RGBA")
+            converted = Image.new("RGB", rgba.size, BACKGROUND)
+            converted.paste(rgba, mask=rgba.split()[3])
+            image = converted
+        elif image.mode != "RGB":
+            image = image.convert("RGB")
+        return np.asarray(image)
+    except Exception as exc:
+        raise bad_request(f"Failed to load image: {_reason(exc)}", param) from None

@@ -1,0 +1,53 @@
+"""Plain data for one processed multimodal item (an image or a video), family-independent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Field:
+    """One tensor of a processed item and how vLLM batches it.
+
+    Attributes:
+        data: the tensor (NumPy; uint8 pixels, int64 grids, float32 scalars).
+        kind: vLLM's field class: ``"flat"`` (rows of a tensor concatenated across items,
+            e.g. ``pixel_values``) or ``"batched"`` (one entry per item, e.g. ``image_grid_thw``).
+        keep_on_cpu: vLLM's ``keep_on_cpu`` flag (the engine keeps it on the host).
+        metadata: part of ``mm_metadata`` (what the engine needs without the pixels, e.g. the
+            grid for M-RoPE positions).
+        wire_dtype: dtype on the wire when it differs from ``data``'s (``"bfloat16"``).
+    """
+
+    data: np.ndarray
+    kind: str
+    keep_on_cpu: bool = False
+    metadata: bool = False
+    wire_dtype: str | None = None
+
+
+@dataclass(frozen=True)
+class ProcessedItem:
+    """A processed media item: its tensors and how many placeholder tokens it expands to."""
+
+    modality: str
+    fields: dict[str, Field]
+    num_tokens: int
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the tensors (what the processor cache counts)."""
+        return sum(f.data.nbytes for f in self.fields.values())
+
+
+@dataclass(frozen=True)
+class MediaItem:
+    """One media part of a request after hashing and processing, in prompt order."""
+
+    modality: str
+    mm_hash: str
+    processed: ProcessedItem
+    from_cache: bool = False
+    extra: dict = field(default_factory=dict)

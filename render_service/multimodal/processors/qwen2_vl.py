@@ -1,0 +1,159 @@
+"""Qwen2-VL / Qwen2.5-VL image and video processor, as vLLM 0.33 runs it.
+
+vLLM calls transformers' ``Qwen2VLImageProcessor`` (torchvision backend) with
+``do_rescale=False, do_normalize=False`` (the device normalizes), so an item's tensors are:
+
+- image: ``pixel_values`` uint8 ``[t·h·w, 1176]`` (3 channels × 2 temporal × 14 × 14; a still
+  image is its frame twice) and ``image_grid_thw`` int64 ``[1, h, w]`` in 14-pixel patches;
+- video: ``pixel_values_videos`` uint8 ``[T·H·W, 1176]``, ``video_grid_thw`` int64 ``[T, H, W]``
+  and ``second_per_grid_ts`` (temporal patch / sampling fps).
+
+The image is resized to `smart_resize`'s size (multiples of 28 within [min_pixels,
+max_pixels], aspect ratio ≤ 200) with PyTorch's exact uint8 bicubic (`..resize`). The prompt
+holds one ``<|image_pad|>`` per image; it becomes ``t·h·w / merge²`` pads.
+Source: transformers 5.20.2 ``models/qwen2_vl/image_processing_qwen2_vl.py``,
+``video_processing_qwen2_vl.py``; vLLM 0.33 ``model_executor/models/qwen2_vl.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ...errors import bad_request
+from ..items import Field, ProcessedItem
+from ..resize import resize_bicubic_aa
+
+
+def smart_resize(height: int, width: int, factor: int = 28, min_pixels: int = 56 * 56,
+                 max_pixels: int = 14 * 14 * 4 * 1280) -> tuple[int, int]:
+    """The resized ``(height, width)``: multiples of ``factor``, area in ``[min_pixels, max_pixels]``.
+
+    Raises:
+        ValueError: when the aspect ratio exceeds 200 (vLLM answers 400 with this message).
+    """
+    if max(height, width) / min(height, width) > 200:
+        raise ValueError(f"absolute aspect ratio must be smaller than 200, got {max(height, width) / min(height, width)}")
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+@dataclass(frozen=True)
+class Qwen2VLProcessor:
+    """Qwen2-VL family processor (``model_type`` ``qwen2_vl`` / ``qwen2_5_vl``).
+
+    Built from the model directory's ``preprocessor_config.json`` (min/max pixels, patch,
+    temporal patch and merge sizes) and ``config.json`` (vision ``tokens_per_second`` is not
+    needed here). `placeholder_tokens` maps a modality to the token the chat template writes
+    once per item.
+    """
+
+    min_pixels: int = 56 * 56
+    max_pixels: int = 28 * 28 * 1280
+    patch_size: int = 14
+    temporal_patch_size: int = 2
+    merge_size: int = 2
+    video_min_pixels: int = 128 * 28 * 28
+    video_max_pixels: int = 28 * 28 * 768
+    video_fps: float = 2.0
+
+    placeholder_tokens = {"image": "<|image_pad|>", "video": "<|video_pad|>"}
+
+    @classmethod
+    def from_model_dir(cls, model_dir: Path, config: dict) -> "Qwen2VLProcessor":
+        """Read ``preprocessor_config.json`` (and ``video_preprocessor_config.json`` when present)."""
+        pre = _read_json(model_dir / "preprocessor_config.json")
+        video = _read_json(model_dir / "video_preprocessor_config.json") or pre
+        size = pre.get("size") or {}
+        vsize = video.get("size") or {}
+        return cls(
+            min_pixels=int(pre.get("min_pixels") or size.get("shortest_edge") or cls.min_pixels),
+            max_pixels=int(pre.get("max_pixels") or size.get("longest_edge") or cls.max_pixels),
+            patch_size=int(pre.get("patch_size", cls.patch_size)),
+            temporal_patch_size=int(pre.get("temporal_patch_size", cls.temporal_patch_size)),
+            merge_size=int(pre.get("merge_size", cls.merge_size)),
+            video_min_pixels=int(video.get("min_pixels") or vsize.get("shortest_edge") or cls.video_min_pixels),
+            video_max_pixels=int(video.get("max_pixels") or vsize.get("longest_edge") or cls.video_max_pixels),
+        )
+
+    @property
+    def factor(self) -> int:
+        return self.patch_size * self.merge_size
+
+    def resized_size(self, height: int, width: int, *, video: bool = False, param: str | None = None) -> tuple[int, int]:
+        """`smart_resize` with this model's limits; an aspect ratio over 200 is a 400."""
+        lo, hi = (self.video_min_pixels, self.video_max_pixels) if video else (self.min_pixels, self.max_pixels)
+        try:
+            return smart_resize(height, width, self.factor, lo, hi)
+        except ValueError as exc:
+            raise bad_request(str(exc), param) from None
+
+    def _patchify(self, frames: np.ndarray) -> tuple[np.ndarray, tuple[int, int, int]]:
+        """``[T, H, W, C]`` uint8 frames → ``([T/2·h·w, C·2·14·14], (t, h, w))`` in Qwen's patch order."""
+        p, m, tp = self.patch_size, self.merge_size, self.temporal_patch_size
+        if pad := -frames.shape[0] % tp:
+            frames = np.concatenate([frames, np.repeat(frames[-1:], pad, axis=0)])
+        t_all, height, width, channels = frames.shape
+        gt, gh, gw = t_all // tp, height // p, width // p
+        x = frames.reshape(gt, tp, gh // m, m, p, gw // m, m, p, channels)
+        # -> [t, h/m, w/m, m, m, C, tp, p, p]
+        x = x.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)
+        return np.ascontiguousarray(x).reshape(gt * gh * gw, channels * tp * p * p), (gt, gh, gw)
+
+    def process_image(self, rgb: np.ndarray, param: str | None = None) -> ProcessedItem:
+        """One decoded RGB image ``[H, W, 3]`` uint8 → the ``image`` item vLLM builds.
+
+        Raises:
+            OpenAIError: 400 when the aspect ratio exceeds 200.
+        """
+        height, width = self.resized_size(rgb.shape[0], rgb.shape[1], param=param)
+        resized = resize_bicubic_aa(rgb, height, width)
+        patches, grid = self._patchify(resized[None].repeat(self.temporal_patch_size, axis=0))
+        return ProcessedItem(
+            modality="image",
+            fields={
+                "pixel_values": Field(patches, "flat"),
+                "image_grid_thw": Field(np.array(grid, dtype=np.int64), "batched", keep_on_cpu=True, metadata=True),
+            },
+            num_tokens=grid[0] * grid[1] * grid[2] // (self.merge_size ** 2),
+        )
+
+    def process_video(self, frames: np.ndarray, sampled_fps: float, param: str | None = None) -> ProcessedItem:
+        """Sampled RGB frames ``[T, H, W, 3]`` uint8 → the ``video`` item vLLM builds.
+
+        ``sampled_fps`` is the rate the frames were sampled at; ``second_per_grid_ts`` =
+        temporal patch / fps (bfloat16 on the wire).
+        """
+        height, width = self.resized_size(frames.shape[1], frames.shape[2], video=True, param=param)
+        resized = np.stack([resize_bicubic_aa(f, height, width) for f in frames])
+        patches, grid = self._patchify(resized)
+        return ProcessedItem(
+            modality="video",
+            fields={
+                "pixel_values_videos": Field(patches, "flat"),
+                "video_grid_thw": Field(np.array(grid, dtype=np.int64), "batched", keep_on_cpu=True, metadata=True),
+                "second_per_grid_ts": Field(np.array(self.temporal_patch_size / sampled_fps, dtype=np.float32), "batched", keep_on_cpu=True,
+                                            metadata=True, wire_dtype="bfloat16"),
+            },
+            num_tokens=grid[0] * grid[1] * grid[2] // (self.merge_size ** 2),
+        )
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}

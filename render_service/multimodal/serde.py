@@ -1,0 +1,67 @@
+"""vLLM's wire encoding of a processed item: base64 of a msgpack ``MultiModalKwargsItem``.
+
+Format (vLLM 0.33 ``v1/serial_utils.MsgpackEncoder`` with every tensor inline, as
+``entrypoints/scale_out/token_in_token_out/mm_serde.py`` uses it):
+
+    {field_name: {"data": [dtype_name, shape, Ext(3, raw C-order bytes)],
+                  "field": ["flat", {"keep_on_cpu": b, "slices": [[[0, rows, None]]], "dim": 0}]
+                         | ["batched", {"keep_on_cpu": b}]}}
+
+Field names appear in sorted order, as in vLLM's answers. msgspec (the library vLLM encodes
+with) produces the same bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import msgspec
+import numpy as np
+
+from .items import Field, ProcessedItem
+
+_RAW_VIEW = 3   # vLLM's CUSTOM_TYPE_RAW_VIEW extension code
+_encoder = msgspec.msgpack.Encoder()
+
+
+def _bfloat16_bytes(data: np.ndarray) -> bytes:
+    """float32 → bfloat16 (round to nearest even, as ``torch.Tensor.to(torch.bfloat16)``), raw bytes."""
+    bits = np.ascontiguousarray(data, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return rounded.astype(np.uint16).tobytes()
+
+
+def _tensor(f: Field) -> list:
+    if f.wire_dtype == "bfloat16":
+        return ["bfloat16", list(f.data.shape), msgspec.msgpack.Ext(_RAW_VIEW, _bfloat16_bytes(f.data))]
+    data = np.ascontiguousarray(f.data)
+    return [data.dtype.name, list(data.shape), msgspec.msgpack.Ext(_RAW_VIEW, data.data)]
+
+
+def _descriptor(f: Field) -> list:
+    if f.kind == "flat":
+        return ["flat", {"keep_on_cpu": f.keep_on_cpu, "slices": [[[0, int(f.data.shape[0]), None]]], "dim": 0}]
+    return [f.kind, {"keep_on_cpu": f.keep_on_cpu}]
+
+
+def encode_item(item: ProcessedItem, *, metadata_only: bool = False) -> str | None:
+    """Base64 msgpack of the item's fields (only ``keep_on_cpu`` / metadata fields when ``metadata_only``).
+
+    Returns None when ``metadata_only`` leaves no field (vLLM sends null then).
+    """
+    fields = {name: f for name, f in sorted(item.fields.items()) if not metadata_only or f.keep_on_cpu or f.metadata}
+    if not fields:
+        return None
+    payload = {name: {"data": _tensor(f), "field": _descriptor(f)} for name, f in fields.items()}
+    return base64.b64encode(_encoder.encode(payload)).decode("ascii")
+
+
+def decode_item(b64: str) -> dict[str, tuple[str, list[int], bytes, list]]:
+    """Inverse of `encode_item` for tests and tools: ``{name: (dtype, shape, raw bytes, descriptor)}``."""
+    def ext_hook(code: int, data: memoryview) -> bytes:
+        if code != _RAW_VIEW:
+            raise ValueError(f"unexpected msgpack extension {code}")
+        return bytes(data)
+
+    obj = msgspec.msgpack.decode(base64.b64decode(b64), ext_hook=ext_hook)
+    return {name: (v["data"][0], v["data"][1], v["data"][2], v["field"]) for name, v in obj.items()}

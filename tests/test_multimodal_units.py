@@ -1,0 +1,203 @@
+"""Multimodal pieces against vLLM 0.33's recorded answers (tests/fixtures/vllm_mm/answers.json).
+
+Sans-HTTP: hashing, decoding, the Qwen2.5-VL processor, the msgpack encoding, media loading
+and the processor cache. End-to-end checks through a server are in test_multimodal_render.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from render_service.errors import OpenAIError
+from render_service.multimodal.cache import CachedItem, ProcessorCache
+from render_service.multimodal.decode import decode_rgb, read_header
+from render_service.multimodal.hashing import image_hash
+from render_service.multimodal.items import Field, ProcessedItem
+from render_service.multimodal.media import MediaLimits, load_media
+from render_service.multimodal.processors.qwen2_vl import Qwen2VLProcessor, smart_resize
+from render_service.multimodal.resize import axis_weights, resize_bicubic_aa
+from render_service.multimodal.serde import decode_item, encode_item
+
+from conftest import MODELS, needs_shared
+
+FIXTURES = Path(__file__).parent / "fixtures" / "vllm_mm"
+sys.path.insert(0, str(FIXTURES))
+import media as test_media  # noqa: E402
+
+ANSWERS = json.loads((FIXTURES / "answers.json").read_text())
+SINGLE = [c for c in ANSWERS["cases"] if c["name"].startswith("single_") and c["status"] == 200]
+QWEN_VL = MODELS / "qwen2.5-vl-instruct"
+
+
+def image_bytes(name: str) -> bytes:
+    data = test_media.IMAGES[name][0]()
+    if hashlib.sha256(data).hexdigest() != ANSWERS["image_sha256"][name]:
+        pytest.skip(f"{name}: this Pillow encodes the test image differently from the recording")
+    return data
+
+
+@pytest.fixture(scope="module")
+def processor() -> Qwen2VLProcessor:
+    if not QWEN_VL.is_dir():
+        pytest.skip("../shared/models/qwen2.5-vl-instruct not present")
+    return Qwen2VLProcessor.from_model_dir(QWEN_VL, {})
+
+
+@pytest.mark.parametrize("case", SINGLE, ids=[c["name"] for c in SINGLE])
+def test_hash_equals_vllm(case):
+    data = image_bytes(case["name"].removeprefix("single_"))
+    header = read_header(data)
+    assert image_hash(ANSWERS["model_id"], data, header.io_config) == case["answer"]["features"]["mm_hashes"]["image"][0]
+
+
+def test_hash_depends_on_model_id_and_bytes():
+    data = image_bytes("rgb_64")
+    a = image_hash("/models/a", data, None)
+    assert a != image_hash("/models/b", data, None)
+    assert a != image_hash("/models/a", data + b"\0", None)
+    assert a != image_hash("/models/a", data, {"image_mode": "RGB", "rgba_background_color": (255, 255, 255)})
+
+
+@needs_shared
+@pytest.mark.parametrize("case", SINGLE, ids=[c["name"] for c in SINGLE])
+def test_processed_item_equals_vllm(case, processor):
+    item = processor.process_image(decode_rgb(image_bytes(case["name"].removeprefix("single_"))))
+    feats = case["answer"]["features"]
+    want = feats["kwargs_data"]["image"][0]
+    pv = item.fields["pixel_values"].data
+    assert pv.dtype == np.uint8 and list(pv.shape) == want["fields"]["pixel_values"]["shape"]
+    assert hashlib.sha256(pv.tobytes()).hexdigest() == want["fields"]["pixel_values"]["sha256"]
+    assert item.num_tokens == feats["mm_placeholders"]["image"][0]["length"]
+    if want["b64"] is not None:                    # small items are recorded verbatim: byte-equal msgpack
+        assert encode_item(item) == want["b64"]
+    assert encode_item(item, metadata_only=True) == feats["mm_metadata"]["image"][0]["b64"]
+
+
+def test_encode_decode_roundtrip():
+    item = ProcessedItem("image", {
+        "pixel_values": Field(np.arange(2 * 1176, dtype=np.uint8).reshape(2, 1176), "flat"),
+        "image_grid_thw": Field(np.array([1, 2, 4], dtype=np.int64), "batched", keep_on_cpu=True, metadata=True),
+    }, num_tokens=2)
+    decoded = decode_item(encode_item(item))
+    assert decoded["pixel_values"][:2] == ("uint8", [2, 1176])
+    assert decoded["pixel_values"][2] == item.fields["pixel_values"].data.tobytes()
+    assert decoded["pixel_values"][3] == ["flat", {"keep_on_cpu": False, "slices": [[[0, 2, None]]], "dim": 0}]
+    assert np.frombuffer(decoded["image_grid_thw"][2], np.int64).tolist() == [1, 2, 4]
+    assert set(decode_item(encode_item(item, metadata_only=True))) == {"image_grid_thw"}
+
+
+def test_bfloat16_scalar_encoding():
+    item = ProcessedItem("video", {"second_per_grid_ts": Field(np.array(1.0, np.float32), "batched", keep_on_cpu=True,
+                                                                 wire_dtype="bfloat16")}, num_tokens=0)
+    dtype, shape, raw, _ = decode_item(encode_item(item))["second_per_grid_ts"]
+    assert (dtype, shape, raw) == ("bfloat16", [], b"\x80\x3f")   # 1.0 in bfloat16 = 0x3F80
+
+
+@pytest.mark.parametrize("h,w,expect", [(64, 64, (56, 56)), (224, 224, (224, 224)), (480, 640, (476, 644)),
+                                        (720, 1280, (728, 1288)), (1200, 300, (1204, 308)), (10, 10, (56, 56))])
+def test_smart_resize_known_sizes(h, w, expect):
+    assert smart_resize(h, w, 28, 3136, 12845056) == expect
+
+
+def test_aspect_ratio_over_200_is_a_400(processor):
+    data = image_bytes("too_wide_2100x10")
+    with pytest.raises(OpenAIError) as err:
+        processor.process_image(decode_rgb(data))
+    assert err.value.status == 400 and "aspect ratio" in err.value.message
+    vllm = next(c for c in ANSWERS["cases"] if c["name"] == "single_too_wide_2100x10")
+    assert vllm["status"] == 400
+
+
+def test_resize_identity_and_weights():
+    img = np.random.default_rng(0).integers(0, 256, (30, 40, 3), dtype=np.uint8)
+    assert (resize_bicubic_aa(img, 30, 40) == img).all()
+    index, weights, precision = axis_weights(100, 50)
+    # each output's fixed-point weights sum to 1.0 within rounding
+    assert np.all(np.abs(weights.sum(axis=1) - (1 << precision)) <= index.shape[1])
+
+
+@pytest.mark.parametrize("payload,fragment", [
+    (b"this is not an image", "Failed to load image"),
+    (test_media.png(64, 64, 1)[:500], "Failed to load image"),
+])
+def test_undecodable_is_400(payload, fragment):
+    with pytest.raises(OpenAIError) as err:
+        decode_rgb(payload)
+    assert err.value.status == 400 and fragment in err.value.message
+
+
+def test_too_many_pixels_is_400():
+    with pytest.raises(OpenAIError) as err:
+        read_header(test_media.png(100, 100, 0), max_pixels=5000)
+    assert err.value.status == 400
+
+
+def _load(url: str, limits: MediaLimits):
+    return asyncio.run(load_media(url, limits, None, "messages.0.content.0"))
+
+
+def test_data_url_and_limits():
+    data = test_media.png(8, 8, 0)
+    assert _load(test_media.data_url(data, "image/png"), MediaLimits()).data == data
+    for url, limits in [
+        ("data:image/png;base64,@@@", MediaLimits()),
+        ("data:image/png,rawbytes", MediaLimits()),
+        (test_media.data_url(data, "image/png"), MediaLimits(max_bytes=10)),
+        ("ftp://example.com/a.png", MediaLimits()),
+        ("http://127.0.0.1:9/a.png", MediaLimits()),              # remote fetch off by default
+    ]:
+        with pytest.raises(OpenAIError) as err:
+            _load(url, limits)
+        assert err.value.status == 400 and err.value.param == "messages.0.content.0"
+
+
+def test_file_urls_only_under_allowed_path(tmp_path):
+    inside = tmp_path / "ok"
+    inside.mkdir()
+    (inside / "a.png").write_bytes(b"png-bytes")
+    (tmp_path / "secret.png").write_bytes(b"secret")
+    limits = MediaLimits(allowed_local_media_path=str(inside))
+    assert _load(f"file://{inside}/a.png", limits).data == b"png-bytes"
+    for url, lim in [(f"file://{inside}/../secret.png", limits), (f"file://{tmp_path}/secret.png", limits),
+                     (f"file://{inside}/missing.png", limits), (f"file://{inside}/a.png", MediaLimits())]:
+        with pytest.raises(OpenAIError) as err:
+            _load(url, lim)
+        assert err.value.status == 400
+    (inside / "link.png").symlink_to(tmp_path / "secret.png")
+    with pytest.raises(OpenAIError):
+        _load(f"file://{inside}/link.png", limits)
+
+
+def _entry(nbytes: int) -> CachedItem:
+    return CachedItem(ProcessedItem("image", {"pixel_values": Field(np.zeros(nbytes, np.uint8), "flat")}, 1))
+
+
+def test_processor_cache_is_bounded_in_bytes():
+    cache = ProcessorCache(capacity_bytes=1000)
+    for i in range(5):
+        cache.put(f"h{i}", _entry(300))
+    assert len(cache) == 3 and cache.size_bytes == 900
+    assert cache.get("h0") is None and cache.get("h4") is not None
+    cache.get("h2")                       # h2 recently used: h3 is evicted next
+    cache.put("h5", _entry(300))
+    assert cache.get("h3") is None and cache.get("h2") is not None
+    cache.put("big", _entry(5000))        # larger than the whole cache: not kept
+    assert cache.get("big") is None and cache.size_bytes <= 1000
+    assert ProcessorCache(0).get("x") is None
+
+
+def test_cache_counts_encodings():
+    cache = ProcessorCache(capacity_bytes=10_000)
+    entry = _entry(100)
+    cache.put("h", entry)
+    kwargs_b64, _ = cache.encodings("h", entry)
+    assert kwargs_b64 and base64.b64decode(kwargs_b64)
+    assert cache.size_bytes == 100 + len(kwargs_b64)
