@@ -1,0 +1,220 @@
+"""Derender for the Responses and Anthropic Messages back doors: engine tokens → a
+``Response`` / an Anthropic ``message``, whole or streamed. No HTTP.
+
+One pipeline: the client's request converts to the same chat conversation render used
+(`responses_to_chat` / `messages_to_chat`), which plans the parsers (`chat_plan`); each
+choice runs through the chat derender's `ChoiceStream` (detokenizer, stop strings,
+reasoning and tool parsers), and its deltas go to the API's event machine
+(`ResponsesStream` / `AnthropicStream`). Non-streaming is the stream fed once.
+
+Bodies (our own routes; vLLM 0.33 has no derender for these APIs), modelled on the chat
+derender (wire brief §1.6):
+
+- ``POST /v1/responses/derender``: ``{"generate_response", "prompt_token_ids"?,
+  "prompt_tokens"?, "responses_request", "model"?}`` → ``Response``; with ``"stream": true``
+  and ``"generate_chunk"`` + ``"stream_state"`` (null first) → ``{"events": [...],
+  "stream_state"}``.
+- ``POST /v1/messages/derender``: the same with ``"messages_request"`` → ``message`` /
+  ``{"events", "stream_state"}``.
+
+``stream_state`` is the chat codec's sealed, versioned value (`StateCodec`), payload
+``{"c": created, "pl": prompt length, "cs": ChoiceStream state, "fd": back-door state}``.
+One choice per request (these APIs have no ``n``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from render_service.derender.assemble import response_id
+from render_service.derender.choice import ChoiceStream, Delta
+from render_service.derender.plan import Plan, chat_plan
+from render_service.derender.service import Derenderer
+from render_service.errors import OpenAIError, bad_request
+from render_service.wire.derender import ChatRequestFields
+from render_service.wire.generate import GenChoice, GenerateResponse
+
+from staging_f.anthropic_in import messages_to_chat
+from staging_f.anthropic_out import AnthropicMessage, AnthropicStream
+from staging_f.responses_in import responses_to_chat
+from staging_f.responses_out import ResponsesStream, response_envelope
+from staging_f.wire_frontdoors import AnthropicMessagesRequest, ResponsesRequest
+
+_LOOSE = ConfigDict(extra="ignore")
+
+
+class _Common(BaseModel):
+    model_config = _LOOSE
+    model: str | None = None
+    prompt_token_ids: list[int] | None = None
+    prompt_tokens: int | None = Field(None, ge=0)
+
+
+class DerenderResponsesRequest(_Common):
+    stream: Literal[False] = False
+    generate_response: GenerateResponse
+    responses_request: ResponsesRequest
+
+
+class DerenderResponsesStreamRequest(_Common):
+    stream: Literal[True]
+    generate_chunk: GenerateResponse
+    stream_state: dict | None = None
+    responses_request: ResponsesRequest
+
+
+class DerenderMessagesRequest(_Common):
+    stream: Literal[False] = False
+    generate_response: GenerateResponse
+    messages_request: AnthropicMessagesRequest
+
+
+class DerenderMessagesStreamRequest(_Common):
+    stream: Literal[True]
+    generate_chunk: GenerateResponse
+    stream_state: dict | None = None
+    messages_request: AnthropicMessagesRequest
+
+
+class FrontDoorSession:
+    """One request's single choice through `ChoiceStream` and a back-door machine.
+
+    ``kind``: ``"responses"`` or ``"messages"``; ``request``: the validated client request;
+    ``prompt``: the rendered prompt ids (a tail suffices); ``payload``: an opened
+    ``stream_state`` payload, or None for a fresh start. Kept in memory by the driver and
+    the pipe; rebuilt per call by stateless streaming.
+    """
+
+    def __init__(self, d: Derenderer, kind: str, request: Any, prompt: list[int] | None, *, model: str,
+                 prompt_tokens: int | None = None, payload: dict | None = None, rid: str = "") -> None:
+        self.d, self.kind, self.request = d, kind, request
+        chat = responses_to_chat(request) if kind == "responses" else messages_to_chat(request)
+        self.plan: Plan = chat_plan(d.bundle, d.config, ChatRequestFields.model_validate(chat), None, None)
+        if payload is None:
+            self.created = int(time.time())
+            self.prompt_len = prompt_tokens if prompt_tokens is not None else len(prompt or [])
+            self.cs = ChoiceStream(self.plan, d.tok, prompt)
+            self.fd: ResponsesStream | AnthropicStream | None = None
+            self.model = model
+            self._rid = rid
+        else:
+            try:
+                self.created, self.prompt_len = int(payload["c"]), int(payload["pl"])
+                self.cs = ChoiceStream(self.plan, d.tok, None, payload["cs"])
+                self.fd = (ResponsesStream(state=payload["fd"]) if kind == "responses"
+                           else AnthropicStream(state=payload["fd"])) if payload.get("fd") is not None else None
+            except OpenAIError:
+                raise
+            except Exception as exc:
+                raise bad_request(f"Invalid stream_state: {exc}", "stream_state") from None
+            self.model, self._rid = model, rid
+
+    def payload(self) -> dict:
+        return {"c": self.created, "pl": self.prompt_len, "cs": self.cs.export_state(),
+                "fd": self.fd.export_state() if self.fd is not None else None}
+
+    def _machine(self, request_id: str) -> ResponsesStream | AnthropicStream:
+        if self.fd is None:
+            rid = response_id(request_id or self._rid, "chat")
+            if self.kind == "responses":
+                if not rid.startswith("resp_"):
+                    rid = "resp_" + rid.removeprefix("chatcmpl-")
+                env = response_envelope(self.request, response_id=rid, created_at=self.created, model=self.model,
+                                        sampling=self._sampling())
+                self.fd = ResponsesStream(env)
+            else:
+                self.fd = AnthropicStream(rid, self.model, self.prompt_len)
+        return self.fd
+
+    def _sampling(self) -> dict:
+        gc, r = self.d.bundle.generation_config, self.request
+        pick = lambda name: getattr(r, name) if getattr(r, name) is not None else gc.get(name, 1.0)  # noqa: E731
+        return {"temperature": pick("temperature"), "top_p": pick("top_p"), "max_tokens": r.max_output_tokens}
+
+    def step(self, gen: GenerateResponse) -> list[dict]:
+        """One engine chunk (or the whole response) → back-door events."""
+        self.d.check_response(gen, "generate_chunk", streaming=True)
+        if len(gen.choices) > 1:
+            raise bad_request("These APIs return one choice; the engine sent several.", "generate_chunk.choices")
+        limit = self.d.bundle.max_model_len
+        fd = self._machine(gen.request_id)
+        out: list[dict] = []
+        for ch in gen.choices:
+            if self.prompt_len + self.cs.n_tokens + len(ch.token_ids or []) > limit:
+                raise bad_request(f"Prompt plus output exceed max_model_len={limit}.", "generate_chunk")
+            delta = self.cs.step(ch)
+            if delta is None:
+                continue
+            out += self._events(fd, delta)
+        return out
+
+    def _events(self, fd: Any, delta: Delta) -> list[dict]:
+        n = self.cs.n_tokens
+        if self.kind == "responses":
+            return fd.step(delta, {"input_tokens": self.prompt_len, "output_tokens": n})
+        return fd.step(delta, n)
+
+    def finish(self, finish_reason: str = "abort") -> list[dict]:
+        """End a stream the engine did not finish (cut by the driver): flush as ``finish_reason``."""
+        if self.fd is not None and self.fd.finished:
+            return []
+        out = self.step(GenerateResponse(choices=[GenChoice(index=0, finish_reason=finish_reason, token_ids=[])]))
+        return out
+
+    def whole(self, gen: GenerateResponse) -> dict:
+        """A complete generate response → the ``Response`` / ``message``."""
+        self.d.check_response(gen, "generate_response", streaming=False)
+        ch = gen.choices[0]
+        if ch.finish_reason is None:
+            ch = ch.model_copy(update={"finish_reason": "stop"})
+        events = self.step(gen.model_copy(update={"choices": [ch]}))
+        return final_object(self.kind, events)
+
+
+def final_object(kind: str, events: list[dict]) -> dict:
+    """The finished ``Response`` / ``message`` that ``events`` (a whole stream) describe."""
+    if kind == "responses":
+        return events[-1]["response"]
+    acc = AnthropicMessage()
+    for ev in events:
+        acc.add(ev)
+    return acc.message
+
+
+class FrontDoorDerenderer:
+    """Stateless derender calls for both back doors, over a chat `Derenderer`."""
+
+    def __init__(self, d: Derenderer) -> None:
+        self.d = d
+
+    def _session(self, kind: str, req: Any, payload: dict | None) -> FrontDoorSession:
+        request = req.responses_request if kind == "responses" else req.messages_request
+        prompt = req.prompt_token_ids
+        self.d.check_prompt(prompt, "prompt_token_ids")
+        model = self.d.model_name(req.model or request.model)
+        return FrontDoorSession(self.d, kind, request, prompt, model=model, prompt_tokens=req.prompt_tokens,
+                                payload=payload)
+
+    def whole(self, kind: str, req: Any) -> dict:
+        """Non-streaming: ``Response`` (kind ``responses``) or ``message`` (``messages``)."""
+        gen = req.generate_response
+        if req.prompt_token_ids is None and gen.prompt_token_ids is not None:
+            req = req.model_copy(update={"prompt_token_ids": gen.prompt_token_ids})
+        if req.prompt_tokens is None and gen.usage is not None and gen.usage.prompt_tokens:
+            req = req.model_copy(update={"prompt_tokens": gen.usage.prompt_tokens})
+        return self._session(kind, req, None).whole(gen)
+
+    def stream(self, kind: str, req: Any) -> dict:
+        """One generate chunk + the previous ``stream_state`` → ``{"events", "stream_state"}``."""
+        payload = None
+        if req.stream_state is not None:
+            try:
+                payload = self.d.codec.open(req.stream_state)
+            except ValueError as exc:
+                raise bad_request(f"Invalid stream_state: {exc}", "stream_state") from None
+        session = self._session(kind, req, payload)
+        events = session.step(req.generate_chunk)
+        return {"events": events, "stream_state": self.d.codec.seal(session.payload())}
