@@ -12,13 +12,13 @@ a boundary) and which may still have to be given back as content.
 from __future__ import annotations
 
 from .events import Event, ToolCallArguments, ToolCallEnd, ToolCallStart
-from .schema import param_types
+from .schema import ParamSchema, param_schemas
 
 
 class Calls:
     """Tool-call counter + event writer. ``out`` is the event list of the current feed."""
 
-    __slots__ = ("tools", "names", "index", "open", "name", "boundary", "out", "_types")
+    __slots__ = ("tools", "names", "index", "open", "name", "boundary", "out", "_schemas")
 
     def __init__(self, tools: list[dict] | None, names: list[str] | None) -> None:
         self.tools = tools
@@ -28,19 +28,26 @@ class Calls:
         self.name = ""          # name of the open call
         self.boundary = False
         self.out: list[Event] = []
-        self._types: dict[str, dict[str, list[str]]] = {}
+        self._schemas: dict[str, dict[str, ParamSchema]] = {}
 
     def valid(self, name: str) -> bool:
         """A usable function name: non-empty, one line, and one of the tools if any were given."""
-        if not name or "\n" in name or len(name) > 256:
-            return False
-        return self.names is None or name in self.names
+        return self.plausible(name) and (self.names is None or name in self.names)
+
+    @staticmethod
+    def plausible(name: str) -> bool:
+        """Could be a function name at all: non-empty, one line, at most 256 characters."""
+        return bool(name) and "\n" not in name and len(name) <= 256
 
     def types(self, name: str) -> dict[str, list[str]]:
-        """Schema types of tool ``name``'s parameters (cached per output)."""
-        if name not in self._types:
-            self._types[name] = param_types(self.tools, name)
-        return self._types[name]
+        """Schema types of tool ``name``'s parameters."""
+        return {k: v.types for k, v in self.schemas(name).items()}
+
+    def schemas(self, name: str) -> dict[str, ParamSchema]:
+        """Resolved schemas of tool ``name``'s parameters (cached per output)."""
+        if name not in self._schemas:
+            self._schemas[name] = param_schemas(self.tools, name)
+        return self._schemas[name]
 
     def start(self, name: str, id: str | None = None) -> None:
         assert not self.open
@@ -53,9 +60,10 @@ class Calls:
         if text:
             self.out.append(ToolCallArguments(self.index, text))
 
-    def end(self) -> None:
+    def end(self, complete: bool = True) -> None:
+        """End the open call; ``complete=False``: its arguments are cut off (partial text)."""
         assert self.open
-        self.out.append(ToolCallEnd(self.index))
+        self.out.append(ToolCallEnd(self.index, complete))
         self.index += 1
         self.open = False
         self.boundary = True

@@ -4,6 +4,9 @@ A parser turns model output text into a list of these. Concatenating the ``text`
 ``Content`` events gives the message ``content``; likewise ``Reasoning`` for ``reasoning``.
 For one tool call, ``ToolCallStart`` comes first, then zero or more ``ToolCallArguments``
 whose texts concatenate to the call's JSON arguments string, then ``ToolCallEnd``.
+Arguments are what the model wrote, never completed by invention: a call the output
+cut off (``finish_reason: "length"``) or broke off keeps its partial text, as OpenAI's
+API does, and its ``ToolCallEnd`` says ``complete=False``.
 """
 
 from __future__ import annotations
@@ -48,9 +51,12 @@ class ToolCallArguments:
 
 @dataclass(frozen=True, slots=True)
 class ToolCallEnd:
-    """The call at ``index`` is complete; its arguments string is valid JSON."""
+    """The call at ``index`` ends. ``complete``: its arguments string is a valid JSON
+    object. Not complete: the output ended (or the model's JSON broke) inside the call;
+    the arguments are the text written up to there, a prefix of a JSON object."""
 
     index: int
+    complete: bool = True
 
 
 Event = Content | Reasoning | ToolCallStart | ToolCallArguments | ToolCallEnd

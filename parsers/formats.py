@@ -80,7 +80,8 @@ def parse_header(how: str, header: str) -> tuple[str | None, str | None]:
 
     ``plain``: the trimmed text is the name. ``quoted``: a name in optional single or
     double quotes (minimax ``<invoke name="N">``). ``kimi``: ``functions.NAME:IDX`` is the
-    id, NAME the name (case 17: whitespace around it is ignored). ``after:SEP``: the text
+    id, NAME the name (case 17: whitespace around it is ignored); without ``:IDX`` the
+    header is only the name (no id). ``after:SEP``: the text
     after the last SEP is the name (deepseek_v3 ``function<｜tool▁sep｜>NAME``).
     """
     text = header.strip()
@@ -91,7 +92,11 @@ def parse_header(how: str, header: str) -> tuple[str | None, str | None]:
         call_id = text
         if text.startswith("functions."):
             text = text[len("functions."):]
-        name = text.rsplit(":", 1)[0] if ":" in text else text
+        name, sep, idx = text.rpartition(":")
+        if not (sep and idx.strip().isdigit()):
+            # no ``:IDX``: the header names the function but is no K2 call id (two such
+            # calls would share one); the caller assigns an id, as for id-less formats
+            return (text.strip() or None), None
         return (name.strip() or None), call_id
     elif how == "mistral" and "[CALL_ID]" in text:
         name, call_id = text.split("[CALL_ID]", 1)
@@ -100,6 +105,8 @@ def parse_header(how: str, header: str) -> tuple[str | None, str | None]:
         sep = how[len("after:"):]
         if sep not in text:
             return None, None
+    ``blank``: the header is only blanks between two markers (InternLM
+    ``<|action_start|> <|plugin|>``); the body names the call (see ``ToolStage``).
         text = text.rsplit(sep, 1)[1].strip()
     return (text or None), None
 
@@ -119,8 +126,8 @@ FORMATS: dict[str, ToolFormat] = {f.name: f for f in (
                call_end=("</longcat_tool_call>",), families="LongCat-Flash"),
     ToolFormat("granite-20b-fc", "envelope", call_begin=("<function_call>",),
                families="Granite 20B function calling"),
-    ToolFormat("internlm", "envelope", call_begin=("<|action_start|><|plugin|>",),
-               call_end=("<|action_end|>",), families="InternLM 2.5"),
+    ToolFormat("internlm", "envelope", call_begin=("<|action_start|>",), header_end=("<|plugin|>",),
+               header="blank", call_end=("<|action_end|>",), families="InternLM 2.5"),
     ToolFormat("llama3_json", "sequence", strict=True, at_start=(("{", "sequence"),),
                call_begin=("<|python_tag|>", "<|python_start|><|python_end|>", "<|python_start|>"),
                call_end=("<|python_end|>",),

@@ -92,7 +92,7 @@ class HarmonyStage:
     def finish(self) -> None:
         self._run(self.buf, final=True)
         if self.st == MSG:
-            self._end_message()
+            self._end_message(cut=True)
         elif self.st == HEAD and "<|" not in self.header and "to=" not in self.header:
             self._stray(self.header)  # never was a header: plain text is content
             self.header = ""
@@ -158,15 +158,18 @@ class HarmonyStage:
                 self.calls.args(rel)
         self._stray(s[pos:])  # text after the arguments object (or where it broke)
 
-    def _end_message(self) -> None:
+    def _end_message(self, cut: bool = False) -> None:
         if self.route == "t" and self.calls.open:
             sub = self.sub
             rel = sub.end_of_input()
             if rel:
                 self.emitted = True
-            self.calls.args(rel)
-            self.calls.args(sub.repair() if self.emitted else "{}")
-            self.calls.end()
+            if sub.done or (sub.empty and not cut):  # whole, or a message without arguments
+                self.calls.args(rel if sub.done else "{}")
+                self.calls.end()
+            else:  # cut off or broken: the arguments are the partial text (issue 15)
+                self.calls.args(rel + sub.cut())
+                self.calls.end(complete=False)
         self.sub, self.route, self.st = None, "c", OUT
 
     def _stray(self, s: str) -> None:

@@ -74,21 +74,19 @@ class JsonArgs:
             calls.end()
             self.status = DONE
         elif self.sub.error:
-            self._close(calls)
+            calls.end(complete=False)  # the JSON broke: the arguments stop where it did
             self.status = ERROR
         return pos
 
     def finish(self, calls: Calls) -> None:
         rel = self.sub.end_of_input()
-        if rel:
-            self.emitted = True
-        calls.args(rel)
-        self._close(calls)
+        if self.sub.done:
+            calls.args(rel)
+            calls.end()
+        else:  # cut off: the arguments are the partial text, nothing invented
+            calls.args(rel + self.sub.cut())
+            calls.end(complete=False)
         self.status = DONE
-
-    def _close(self, calls: Calls) -> None:
-        calls.args(self.sub.repair() if self.emitted else "{}")
-        calls.end()
 
     def export(self) -> list:
         return [self.sub.export(), self.status, self.emitted]
@@ -105,8 +103,8 @@ class JsonCall:
     """One ``{"name": …, "arguments": {…}}`` object (see module docstring for the policy)."""
 
     kind = "envelope"
-    __slots__ = ("strict", "st", "sub", "slot", "cur", "name", "args", "pend", "raw", "started",
-                 "status")
+    __slots__ = ("strict", "name_keys", "arg_keys", "st", "sub", "slot", "cur", "name", "args",
+                 "pend", "raw", "started", "status", "in_list")
 
     NAME_KEYS = ("name",)
     ARG_KEYS = ("arguments", "parameters")
@@ -125,6 +123,7 @@ class JsonCall:
         self.status = MORE
 
     # -- plain data -------------------------------------------------------------------
+        self.in_list = False   # an element of a list of calls (set by JsonList, not state)
     def export(self) -> list:
         return [self.strict, self.st, self.sub.export() if self.sub else None, self.slot,
                 self.cur, self.name, self.args, self.pend, self.raw, self.started, self.status]
@@ -193,6 +192,7 @@ class JsonCall:
                 self.pend += rel
         elif self.slot != "skip":
             self.cur += rel
+                self._maybe_start(calls)
         if sub.error:
             return self._fail(pos, calls)
         if sub.done:
@@ -218,10 +218,29 @@ class JsonCall:
             self.raw = _normalise_raw_args(self.cur)
         self.cur = ""
 
-    def _maybe_start(self, calls: Calls) -> None:
+            self._maybe_start(calls)
+    def _in_raw_value(self) -> bool:
+        return self.args == "raw" and self.sub is not None and self.slot == "raw"
+
+    def _ready(self, closing: bool) -> bool:
+        """Has the envelope shown that it is a call? Its arguments object got past the
+        opening brace (a first member, or its end), a non-object arguments value is
+        complete, or the envelope closed. Until then broken JSON (``{invalid json}``) is
+        text, not a call with invented arguments."""
+        if self.args == "obj":
+            return self.pend.rstrip(_WS) not in ("", "{")
+        if self.args == "raw":
+            return not self._in_raw_value()
+        return closing
+
+    def _maybe_start(self, calls: Calls, closing: bool = False) -> None:
         if self.started or self.name is None or (self.strict and not self.args):
             return
-        if not calls.valid(self.name):
+        if not self._ready(closing):
+            return
+        # in a list of calls, a name the tools lack is still reported as a call (vLLM
+        # returns it; the client answers "unknown tool"), so the calls after it are kept
+        if not (calls.valid(self.name) or (self.in_list and calls.plausible(self.name))):
             self.status = ERROR
             return
         calls.start(self.name)
@@ -229,31 +248,34 @@ class JsonCall:
         calls.args(self.pend)
         self.pend = ""
 
-    def _close_args(self, calls: Calls) -> None:
-        sub = self.sub
-        if self.args == "obj":
-            if sub is not None and self.slot == "obj":  # still inside the object
-                calls.args(sub.end_of_input())
-                calls.args(sub.repair())
+    def _end_args(self, calls: Calls, cut: bool) -> None:
+        """Write what is left of the started call's arguments and end it. ``cut``: the
+        envelope stops before its ``}`` (end of output, or its JSON broke): arguments
+        still open keep their partial text and the call is not complete."""
+        complete = True
+        if self.args == "obj" and self.sub is not None and self.slot == "obj":
+            calls.args(self.sub.cut())
+            complete = False
+        elif self._in_raw_value():
+            complete = False  # a non-object value is shown only once whole
         elif self.args == "raw":
-            done = sub is None or self.slot != "raw"
-            calls.args(self.raw if done else "{}")
-        else:
-            calls.args("{}")
+            calls.args(self.raw)
+        elif not self.args:
+            calls.args("{}")  # the envelope closed without arguments (case 11)
         self.sub = None
-        calls.end()
+        calls.end(complete)
 
     def _close(self, calls: Calls) -> None:
-        self._maybe_start(calls)
+        self._maybe_start(calls, closing=True)
         if not self.started:
             self.status = ERROR
             return
-        self._close_args(calls)
+        self._end_args(calls, cut=False)
         self.status = DONE
 
     def _fail(self, pos: int, calls: Calls) -> int:
         if self.started:
-            self._close_args(calls)
+            self._end_args(calls, cut=True)
         self.status = ERROR
         return pos
 
@@ -261,7 +283,10 @@ class JsonCall:
         if self.sub is not None and self.slot == "name":
             self.sub.end_of_input()
         if self.started:
-            self._close_args(calls)
+            self._end_args(calls, cut=True)
+        if not self.started and self.sub is not None and self.slot == "obj":
+            self.pend += self.sub.cut()  # held text of the cut-off arguments counts too
+            self._maybe_start(calls)
             self.status = DONE
         else:
             self.status = ERROR
@@ -287,11 +312,16 @@ class JsonList:
     def load(cls, data: list, fmt=None):
         obj = cls(fmt)
         obj.st, env, obj.status = data
-        obj.env = JsonCall.load(env) if env else None
+        obj.env = obj._element(JsonCall.load(env, fmt)) if env else None
         return obj
 
     def feed(self, text: str, pos: int, final: bool, calls: Calls) -> int:
         n = len(text)
+    @staticmethod
+    def _element(env: JsonCall) -> JsonCall:
+        env.in_list = True
+        return env
+
         while pos < n and self.status == MORE and not calls.boundary:
             if self.env is not None:
                 pos = self.env.feed(text, pos, final, calls)
@@ -318,7 +348,7 @@ class JsonList:
         if st == "[" and c == "[":
             self.st = "e"
         elif st in "eE" and c == "{":
-            self.env = JsonCall(self.fmt)
+            self.env = self._element(JsonCall(self.fmt))
             return pos
         elif (st == "e" or st == ",") and c == "]":
             self.status = DONE
@@ -359,7 +389,7 @@ class JsonSequence(JsonList):
             return None
         c = text[j]
         if c == "{":
-            self.st, self.env = "o", JsonCall(self.fmt)
+            self.st, self.env = "o", self._element(JsonCall(self.fmt))
             return j
         if self.st == ";" and c == ";":
             self.st = "o"

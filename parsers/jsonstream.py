@@ -35,6 +35,7 @@ import re
 _WS = " \t\n\r"
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?\Z")
 _LITERALS = ("true", "false", "null")
+_PARTIAL_TOKEN = re.compile(r"-?(?:0|[1-9]\d*)?(?:\.\d*)?(?:[eE][+-]?\d*)?\Z|t(?:r(?:ue?)?)?\Z|f(?:a(?:l(?:se?)?)?)?\Z|n(?:u(?:ll?)?)?\Z")
 _PLAIN_RUN = re.compile(r'[^"\\\x00-\x1f]+')
 _HEX = set("0123456789abcdefABCDEF")
 _CLOSE = {"{": "}", "[": "]"}
@@ -99,6 +100,11 @@ class JsonValue:
     def error(self) -> bool:
         return self.mode == ERROR
 
+    @property
+    def empty(self) -> bool:
+        """Nothing but blanks seen yet."""
+        return self.mode == BEFORE
+
     def repair(self) -> str:
         """Closers that make the released text valid JSON (``""`` when already complete).
 
@@ -109,14 +115,29 @@ class JsonValue:
         out = '"' if mode in (STR, ESC, UNI) else ""
         return out + "".join(_CLOSE[c] for c in reversed(self.stack))
 
+    def cut(self) -> str:
+        """The input stops here for good: the text still held that the value so far
+        consists of (a pending number or literal, the start of a key, a comma), so
+        released + returned text is everything written while it was still JSON — no
+        closers added. ``""`` after an error (the held text was not JSON)."""
+        if self.mode == TOKEN and not self._token_ok():
+            if not _PARTIAL_TOKEN.match(self.tok):
+                return ""
+        elif self.mode == ERROR:
+            return ""
+        return self._release()
+
     def end_of_input(self) -> str:
-        """The input ended: a pending number/literal completes here. Returns released text."""
+        """The input ended: a pending number/literal completes here. Returns released text.
+        A token that can only be the start of one (``tr``, ``1.``) stays pending for
+        :meth:`cut`; one that cannot is an error."""
         if self.mode == TOKEN:
             if self._token_ok():
                 self.tok = ""
                 self._close_value()
                 return self._release()
-            self._fail()
+            if not _PARTIAL_TOKEN.match(self.tok):
+                self._fail()
         return ""
 
     # -- scanning ---------------------------------------------------------------------

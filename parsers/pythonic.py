@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import json
+import keyword
 import re
 
 from .calls import DONE, ERROR, MORE, Calls
@@ -23,12 +24,59 @@ from .calls import DONE, ERROR, MORE, Calls
 _WS = " \t\n\r"
 _NAME_SO_FAR = re.compile(r"[A-Za-z_][\w.]*\Z")
 _OPEN, _CLOSE = "([{", ")]}"
+_KEYWORD_ARG = re.compile(r"([(,]\s*)([A-Za-z_]\w*)(\s*=(?!=))")
+
+
+def _as_python(src: str) -> tuple[str, dict[str, str]]:
+    """Make a model's call text acceptable to ``ast``: argument names that are Python
+    keywords (``from=1``: JSON-schema property names need not be identifiers Python
+    allows) become placeholders, returned as ``{placeholder: name}``; raw newlines inside
+    one-line string literals (models write them; Python does not allow them) become
+    ``\\n``. Everything else is left as written."""
+    out: list[str] = []
+    names: dict[str, str] = {}
+    quote, depth, i, n = "", 0, 0, len(src)
+    while i < n:
+        c = src[i]
+        if quote:
+            if c == "\\":
+                out.append(src[i:i + 2])
+                i += 2
+                continue
+            if src.startswith(quote, i):
+                out.append(quote)
+                i += len(quote)
+                quote = ""
+                continue
+            out.append("\\n" if c == "\n" and len(quote) == 1 else c)
+            i += 1
+            continue
+        if c in "'\"":
+            quote = c * 3 if src.startswith(c * 3, i) else c
+            out.append(quote)
+            i += len(quote)
+            continue
+        depth += (c in _OPEN) - (c in _CLOSE)
+        m = _KEYWORD_ARG.match(src, i) if depth == 1 and c in "(," else None
+        if m and keyword.iskeyword(m.group(2)):
+            alias = f"_kw{len(names)}_"
+            names[alias] = m.group(2)
+            out.append(m.group(1) + alias + m.group(3))
+            i = m.end()
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out), names
 
 
 def call_to_json(src: str) -> tuple[str, str] | None:
-    """``'f(a=1, b=None)'`` -> ``('f', '{"a": 1, "b": null}')``; None if not a keyword-only call."""
+    """``'f(a=1, b=None)'`` -> ``('f', '{"a": 1, "b": null}')``; None if not a keyword-only call.
+
+    Argument names may be Python keywords (``f(from=1)``) and one-line strings may hold
+    raw newlines (see :func:`_as_python`)."""
+    code, renamed = _as_python(src.strip())
     try:
-        node = ast.parse(src.strip(), mode="eval").body
+        node = ast.parse(code, mode="eval").body
     except (SyntaxError, ValueError):
         return None
     if not isinstance(node, ast.Call) or node.args:
@@ -46,7 +94,7 @@ def call_to_json(src: str) -> tuple[str, str] | None:
         if kw.arg is None:
             return None
         try:
-            args[kw.arg] = ast.literal_eval(kw.value)
+            args[renamed.get(kw.arg, kw.arg)] = ast.literal_eval(kw.value)
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             return None
     try:

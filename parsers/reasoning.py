@@ -13,8 +13,8 @@ Theory of operation. Four states::
   reasoning; one opening tag before any real text is absorbed together with the blanks
   before it (Qwen3 writes ``<think>`` itself when the template did not).
 * ``IN``: reasoning until the FIRST end tag (case 29: later literal tags are content), or
-  a tool-call start marker where the family says so (§5.4) — that marker is content,
-  handed to the tool stage.
+  a tool-call start marker where the family's format puts calls inside thinking
+  (``tool_ends``: kimi_k2 only) — that marker is content, handed to the tool stage.
 * ``DONE``: everything is content, no scanning.
 
 Markers are found with :mod:`parsers.scanner`, so a tag split across feeds (case 26) is
@@ -50,7 +50,11 @@ class ReasoningFormat:
     * ``off_kwargs``: template kwargs that turn thinking off when set to false.
     * ``on_kwargs``: if non-empty, reasoning is parsed only when one of these kwargs is true
       (deepseek_v3: ``thinking``); otherwise the output is all content.
-    * ``tool_ends``: a tool-call start marker of the configured tool parser ends reasoning.
+    * ``tool_ends``: a tool-call start marker of the configured tool parser ends an open
+      reasoning block. Only where the family's own format puts calls inside thinking
+      (Kimi K2 Thinking interleaves calls with its chain of thought); every other
+      template writes calls after the closed block, so there a marker the model writes
+      before ``</think>`` is reasoning text — a call it only thought about (issue 15).
     * ``trim_trailing``: trailing whitespace of the reasoning is dropped (kimi_k2).
     * ``content_prefix``: no split at all, content starts with this text
       (minimax_m2_append_think).
@@ -85,26 +89,26 @@ class ReasoningFormat:
 
 
 FORMATS: dict[str, ReasoningFormat] = {f.name: f for f in (
-    ReasoningFormat("qwen3", default_on=False, tool_ends=True,
+    ReasoningFormat("qwen3", default_on=False,
                     families="Qwen3, Qwen3-2507 thinking, QwQ"),
     ReasoningFormat("deepseek_r1", off_kwargs=(), families="DeepSeek R1 and distills"),
     ReasoningFormat("deepseek_v3", on_kwargs=("thinking", "enable_thinking"),
                     families="DeepSeek V3.1 / V3.2 (thinking flag)"),
     ReasoningFormat("holo2", on_kwargs=("thinking", "enable_thinking"), on_by_default=True,
                     families="Holo2 (deepseek_v3, thinking on by default)"),
-    ReasoningFormat("glm45", default_on=False, tool_ends=True, families="GLM-4.5 / 4.6 / 4.7"),
+    ReasoningFormat("glm45", default_on=False, families="GLM-4.5 / 4.6 / 4.7"),
     ReasoningFormat("kimi_k2", default_on=False, tool_ends=True, trim_trailing=True,
                     families="Kimi K2 thinking"),
-    ReasoningFormat("minimax_m2", off_kwargs=(), tool_ends=True, families="MiniMax-M2"),
+    ReasoningFormat("minimax_m2", off_kwargs=(), families="MiniMax-M2"),
     ReasoningFormat("minimax_m2_append_think", content_prefix="<think>",
                     families="MiniMax-M2 (reasoning kept inline)"),
     ReasoningFormat("mistral", start=("[THINK]",), end=("[/THINK]",), default_on=False,
-                    tool_ends=True, families="Magistral (tokenizer v13+)"),
+                    families="Magistral (tokenizer v13+)"),
     ReasoningFormat("granite", start=("Here is my thought process:", "Here's my thought process:"),
                     end=("Here is my response:", "Here's my response:"), default_on=False,
                     families="Granite 3.2 / 3.3 (thinking=True)"),
     ReasoningFormat("seed_oss", start=("<seed:think>",), end=("</seed:think>",), default_on=False,
-                    tool_ends=True, families="Seed-OSS"),
+                    families="Seed-OSS"),
 )}
 
 # Harmony (gpt-oss) reasoning lives in the channels; handled by parsers.harmony.

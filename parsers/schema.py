@@ -12,6 +12,11 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
+
+from referencing import Registry, Resource
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
 
 _INT = re.compile(r"[-+]?\d+\Z")
 _ORDER = ("null", "integer", "number", "boolean", "object", "array")
@@ -33,29 +38,163 @@ def tool_names(tools: list[dict] | None) -> list[str] | None:
 
 
 def param_types(tools: list[dict] | None, name: str) -> dict[str, list[str]]:
-    """``{parameter: [json types]}`` for tool ``name``; unknown schema shapes give ``[]``."""
+    """``{parameter: [json types]}`` for tool ``name``; ``[]`` where the schema does not
+    restrict the type. See :func:`param_schemas` for what is understood."""
+    return {k: v.types for k, v in param_schemas(tools, name).items()}
+
+
+def param_values(tools: list[dict] | None, name: str) -> dict[str, list]:
+    """``{parameter: [allowed values]}`` for the parameters an ``enum``/``const`` limits."""
+    return {k: v.values for k, v in param_schemas(tools, name).items() if v.values is not None}
+
+
+@dataclass(frozen=True)
+class ParamSchema:
+    """What a parameter's schema says about its value: allowed JSON ``types`` (``[]``: any)
+    and, from ``enum``/``const``, the allowed ``values`` (None: any)."""
+
+    types: list[str]
+    values: list | None = None
+
+
+def param_schemas(tools: list[dict] | None, name: str) -> dict[str, ParamSchema]:
+    """Parameter schemas of tool ``name``, resolved: local ``$ref`` (``#/$defs/…``,
+    ``#/definitions/…``, JSON-pointer escapes ``~0 ~1 %xx``; resolved by the
+    ``referencing`` library, the one ``jsonschema`` uses), ``allOf`` (all must hold),
+    ``anyOf``/``oneOf`` (one must) at the root (parameters spread over branches) and per
+    parameter, ``const`` and ``enum``. A reference that cannot be resolved (remote,
+    broken) restricts nothing; nothing is fetched."""
     for t in tools or ():
         fn = t.get("function", t) if isinstance(t, dict) else None
         if isinstance(fn, dict) and fn.get("name") == name:
-            props = (fn.get("parameters") or {}).get("properties") or {}
-            return {k: _types(v) for k, v in props.items() if isinstance(v, dict)}
+            root = fn.get("parameters")
+            if not isinstance(root, dict):
+                return {}
+            resolver = Registry().with_resource(_BASE, Resource.from_contents(
+                root, default_specification=DRAFT202012)).resolver(base_uri=_BASE)
+            props = _properties(root, resolver, 0)
+            return {k: ParamSchema(list(t or ()), None if v is None else list(v))
+                    for k, (t, v) in props.items()}
     return {}
 
 
-def _types(schema: dict) -> list[str]:
-    t = schema.get("type")
-    if isinstance(t, str):
-        return [t]
-    if isinstance(t, list):
-        return [x for x in t if isinstance(x, str)]
-    out: list[str] = []
-    for key in ("anyOf", "oneOf"):
-        for sub in schema.get(key) or ():
-            if isinstance(sub, dict):
-                out += _types(sub)
-    if not out and "enum" in schema:
-        out = sorted({_json_type(v) for v in schema["enum"]})
+_BASE = "urn:render-service:tool-parameters"
+_MAX_DEPTH = 16
+_ANY: tuple = (None, None)  # (types: tuple | None, values: tuple | None); None = no limit
+_NUMERIC = ("integer", "number")
+
+
+def _deref(schema, resolver, depth: int):
+    """``(schema without $ref, resolver, (target, its resolver) | None)``: a schema with
+    ``$ref`` and other keywords means both."""
+    if not isinstance(schema, dict) or "$ref" not in schema or depth > _MAX_DEPTH:
+        return schema, resolver, None
+    rest = {k: v for k, v in schema.items() if k != "$ref"}
+    try:
+        resolved = resolver.lookup(schema["$ref"])
+    except (Unresolvable, TypeError, ValueError):
+        return rest, resolver, None
+    return rest, resolver, (resolved.contents, resolved.resolver)
+
+
+def _branches(schema: dict, key: str) -> list:
+    value = schema.get(key)
+    return value if isinstance(value, list) else []
+
+
+def _properties(schema, resolver, depth: int) -> dict[str, tuple]:
+    """``{parameter: (types, values)}`` of an object schema."""
+    schema, resolver, ref = _deref(schema, resolver, depth)
+    if not isinstance(schema, dict) or depth > _MAX_DEPTH:
+        return {}
+    props = schema.get("properties")
+    out = {k: _describe(v, resolver, depth + 1) for k, v in props.items()} if isinstance(props, dict) else {}
+    musts = [_properties(s, resolver, depth + 1) for s in _branches(schema, "allOf")]
+    if ref:
+        musts.append(_properties(*ref, depth + 1))
+    for combinator in ("anyOf", "oneOf"):
+        merged: dict[str, tuple] = {}
+        for sub in _branches(schema, combinator):
+            for key, d in _properties(sub, resolver, depth + 1).items():
+                merged[key] = _either(merged[key], d) if key in merged else d
+        musts.append(merged)
+    for sub_props in musts:
+        for key, d in sub_props.items():
+            out[key] = _both(out[key], d) if key in out else d
     return out
+
+
+def _describe(schema, resolver, depth: int) -> tuple:
+    """``(types, values)`` a value must satisfy under ``schema``."""
+    schema, resolver, ref = _deref(schema, resolver, depth)
+    if not isinstance(schema, dict) or depth > _MAX_DEPTH:
+        return _ANY
+    t = schema.get("type")
+    types = None
+    if isinstance(t, str):
+        types = (t,)
+    elif isinstance(t, list):
+        types = _uniq(x for x in t if isinstance(x, str))
+    values = tuple(schema["enum"]) if isinstance(schema.get("enum"), list) else None
+    d = (types, values)
+    if "const" in schema:
+        d = _both(d, (None, (schema["const"],)))
+    if ref:
+        d = _both(d, _describe(*ref, depth + 1))
+    for sub in _branches(schema, "allOf"):
+        d = _both(d, _describe(sub, resolver, depth + 1))
+    for combinator in ("anyOf", "oneOf"):
+        alts = [_describe(sub, resolver, depth + 1) for sub in _branches(schema, combinator)]
+        if alts:
+            alt = alts[0]
+            for other in alts[1:]:
+                alt = _either(alt, other)
+            d = _both(d, alt)
+    types, values = d
+    if values is not None:
+        if types is not None:
+            values = tuple(v for v in values if _fits(v, types))
+        types = _uniq(_json_type(v) for v in values)
+    return types, values
+
+
+def _uniq(items) -> tuple:
+    return tuple(dict.fromkeys(items))
+
+
+def _fits(value, types) -> bool:
+    jt = _json_type(value)
+    return jt in types or (jt == "integer" and "number" in types)
+
+
+def _same(a, b) -> bool:
+    """JSON equality (``1`` is not ``true``, ``"7"`` is not ``7``)."""
+    return _json_type(a) == _json_type(b) and a == b
+
+
+def _both(a: tuple, b: tuple) -> tuple:
+    """Both constraints hold."""
+    if a[0] is None or b[0] is None:
+        types = b[0] if a[0] is None else a[0]
+    else:
+        types = tuple(t for t in a[0] if t in b[0])
+        numeric = [t for t in a[0] + b[0] if t in _NUMERIC]
+        if "integer" not in types and "integer" in numeric and set(a[0]) & set(_NUMERIC) \
+                and set(b[0]) & set(_NUMERIC):
+            types += ("integer",)  # an integer is a number
+    if a[1] is None or b[1] is None:
+        values = a[1] if b[1] is None else b[1]
+    else:
+        values = tuple(v for v in a[1] if any(_same(v, w) for w in b[1]))
+    return types, values
+
+
+def _either(a: tuple, b: tuple) -> tuple:
+    """One of the constraints holds."""
+    types = None if a[0] is None or b[0] is None else _uniq(a[0] + b[0])
+    values = None if a[1] is None or b[1] is None else a[1] + tuple(
+        v for v in b[1] if not any(_same(v, w) for w in a[1]))
+    return types, values
 
 
 def _json_type(v) -> str:
@@ -75,13 +214,24 @@ def is_string_only(types: list[str]) -> bool:
     return not types or all(t == "string" for t in types)
 
 
-def coerce(raw: str, types: list[str]) -> str:
-    """JSON text for raw XML argument text under the allowed ``types``.
+def coerce(raw: str, types: list[str], values: list | None = None) -> str:
+    """JSON text for raw XML argument text under the allowed ``types``; where ``values``
+    (``enum``/``const``) are given, a value the text spells wins: with ``["7", 8]`` the
+    text ``7`` is the string ``"7"`` and ``8`` the integer 8.
 
     >>> coerce("5", ["integer"]), coerce("5", ["string"]), coerce("x", ["integer"])
     ('5', '"5"', '"x"')
     """
     text = raw.strip()
+    if values:
+        for v in values:
+            if isinstance(v, str) and v in (raw, text):
+                return json.dumps(v, ensure_ascii=False)
+        for v in values:
+            if not isinstance(v, str):
+                got = _try(_json_type(v), text)
+                if got is not _NO and _same(got, v):
+                    return json.dumps(v, ensure_ascii=False)
     for t in _ORDER:
         if t not in types:
             continue
@@ -117,4 +267,4 @@ def _try(t: str, text: str):
     return v if isinstance(v, dict if t == "object" else list) else _NO
 
 
-__all__ = ["tool_names", "param_types", "is_string_only", "coerce"]
+__all__ = ["tool_names", "param_types", "param_values", "param_schemas", "ParamSchema", "is_string_only", "coerce"]

@@ -102,8 +102,7 @@ class ToolStage:
         if self.st == HEADER:
             self._malformed()
         if self.st == SECTION and self._empty_section():
-            self._content("".join(self.raw))
-            self.raw = []
+            self._section_without_call("")
         if self.ws and not self.calls.index:
             self.calls.out.append(Content(self.ws))  # blank output without calls stays content
         self.ws = ""
@@ -176,9 +175,8 @@ class ToolStage:
             self._stop = pos + i
             return None
         if m in fmt.section_end:
-            if self._empty_section():  # a section without a call is not a tool section
-                self._content("".join(self.raw) + m)
-                self.raw = []
+            if self._empty_section():
+                self._section_without_call(m)
             self.ws = ""
             self.st = self.outer = TEXT
         else:
@@ -204,6 +202,9 @@ class ToolStage:
                 self._malformed()
                 return pos + i
             return None
+        if fmt.header == "blank" and self.header.strip(_WS):
+            self._malformed()  # e.g. InternLM's <|action_start|><|interpreter|>: not a call
+            return pos + i
         end = pos + i
         if m in fmt.header_end:
             end += len(m)
@@ -214,6 +215,10 @@ class ToolStage:
             return end
         self.calls.start(name, call_id)
         self.raw, self.header = [], ""
+        if fmt.header == "blank":  # the markers only frame the call; its body names it
+            self.header = ""
+            self._open(fmt.body)
+            return end
         self._open(fmt.body)
         return end
 
@@ -300,6 +305,16 @@ class ToolStage:
     def _content(self, s: str, filler: str = _WS) -> None:
         """Content, with blanks (and ``filler``) at the start of a run held: see
         :func:`parsers.scanner.release_run`."""
+    def _section_without_call(self, end: str) -> None:
+        """A section that held no call: blank, it is dropped (Kimi K2 writes an empty
+        tool-calls section; its markers are not answer text); with text, it was not a
+        tool section and all of it is content."""
+        raw = "".join(self.raw)
+        inner = next((raw[len(m):] for m in self.fmt.section_begin if raw.startswith(m)), raw)
+        if inner.strip(_WS):
+            self._content(raw + end)
+        self.raw = []
+
         if s:
             s, self.ws, self.said = release_run(self.ws, self.said, s, filler)
             if s:

@@ -26,6 +26,7 @@ import json
 
 from .calls import DONE, MORE, Calls
 from .scanner import find_marker
+from .jsonstream import JsonValue
 from .schema import coerce, is_string_only
 
 _MAX_KEY = 256
@@ -83,7 +84,7 @@ class XmlCall:
                 self.key += text[pos:pos + i]
                 if m is None:
                     if len(self.key) > _MAX_KEY:  # not a parameter after all: stop here
-                        self._close(calls)
+                        self._cut(calls)
                     return pos + i
                 pos += i + len(m)
                 self.key = self._clean_key(self.key)
@@ -102,7 +103,29 @@ class XmlCall:
 
     def finish(self, calls: Calls) -> None:
         if self.status == MORE:
-            self._close(calls)
+            self._cut(calls)
+
+    def _cut(self, calls: Calls) -> None:
+        """The call stops before its end marker (end of output): it is not complete.
+        Cut inside a value, the arguments keep the text written so far — no closing
+        quote or brace is invented; a typed value is kept while it is still JSON (``4``,
+        ``tr``). Cut between parameters, every value the model wrote is whole and the
+        JSON object that translates them is closed (case 15c: never an unterminated
+        object where no value was cut)."""
+        if self.st != "value":
+            calls.args("}" if self.opened else "{}")
+        elif self.types is None:
+            if self.tail:
+                calls.args(json.dumps(self.tail)[1:-1])
+        else:
+            raw = (self.val[1:] if self.d.trim_newline and self.val.startswith("\n") else self.val).strip()
+            sub = JsonValue()
+            end, rel = sub.feed(raw)
+            text = rel + sub.cut() if end == len(raw) and not sub.error else ""
+            if text:
+                calls.args(self._prefix() + text)
+        calls.end(complete=False)
+        self.status = DONE
 
     # -- values -----------------------------------------------------------------------
     def _clean_key(self, key: str) -> str:
@@ -150,7 +173,8 @@ class XmlCall:
             if self.d.trim_newline:
                 raw = raw[1:] if raw.startswith("\n") else raw
                 raw = raw[:-1] if raw.endswith("\n") else raw
-            calls.args(self._prefix() + coerce(raw, self.types))
+            schema = calls.schemas(calls.name).get(self.key)
+            calls.args(self._prefix() + coerce(raw, self.types, schema.values if schema else None))
         self.st, self.val, self.tail, self.types = "between", "", "", None
 
     def _close(self, calls: Calls) -> None:

@@ -230,7 +230,7 @@ def test_restore_rejects_damaged_or_foreign_state():
 def test_finish_is_idempotent_and_feed_after_finish_is_an_error():
     parser = create_parser(ParserSpec(tool="hermes"))
     parser.feed('<tool_call>{"name": "f", "arguments": {"a": "b')
-    assert parser.finish() == [ToolCallArguments(0, '"}'), ToolCallEnd(0)]
+    assert parser.finish() == [ToolCallEnd(0, complete=False)]  # issue 15: no invented '"}'
     assert parser.finish() == []
     with pytest.raises(ValueError):
         parser.feed("x")
