@@ -95,6 +95,8 @@ def run_stateless(port: int, prompt: list[int], ids: list[int]) -> tuple[list[fl
 
 
 def run_pipe(port: int, prompt: list[int], ids: list[int], visible: list[bool]) -> tuple[dict[int, float], float]:
+    from render_service.wire import sse
+
     s = socket.create_connection(("127.0.0.1", port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     t_all = time.perf_counter()
@@ -104,35 +106,33 @@ def run_pipe(port: int, prompt: list[int], ids: list[int], visible: list[bool]) 
         s.sendall(b"%x\r\n%s\r\n" % (len(data), data))
 
     send(orjson.dumps({"prompt_token_ids": prompt, "chat_request": {"messages": [], "tools": TOOLS}}) + b"\n")
-    pending, events, lat, tail = b"", 0, {}, b""
+    reader, events, lat, done, failed = sse.SSEReader(), 0, {}, False, False
 
-    def read_events() -> None:  # count complete SSE events without rescanning what was read
-        nonlocal pending, events, tail
+    def read_events() -> None:  # count complete SSE events as they arrive
+        nonlocal events, done, failed
         data = s.recv(1 << 16)
         if not data:
             raise SystemExit("pipe closed early")
-        pending += data
-        cut = pending.rfind(b"\n\n")
-        if cut >= 0:
-            events += pending.count(b"\n\n", 0, cut + 2)
-            tail = (tail + pending[: cut + 2])[-64:]
-            pending = pending[cut + 2:]
+        for payload in reader.feed(data):
+            events += 1
+            done = done or sse.is_done(payload)
+            failed = failed or payload.startswith(b'{"error"')
 
     for k, t in enumerate(ids):
         t0 = time.perf_counter()
         want = events + 1
-        send(b"data: " + orjson.dumps(chunk([t], k == len(ids) - 1)) + b"\n\n")
+        send(sse.event(chunk([t], k == len(ids) - 1)))
         if visible[k]:
             while events < want:
                 read_events()
             lat[k] = time.perf_counter() - t0
-    send(b"data: [DONE]\n\n")
+    send(sse.DONE)
     send(b"")
-    while b"data: [DONE]" not in tail:
+    while not done:
         read_events()
     total = time.perf_counter() - t_all
     s.close()
-    if b'"error"' in tail:
+    if failed:
         raise SystemExit("pipe stream failed")
     return lat, total
 
@@ -140,7 +140,7 @@ def run_pipe(port: int, prompt: list[int], ids: list[int], visible: list[bool]) 
 def replay_baseline(prompt: list[int], ids: list[int], start: int) -> dict[int, float]:
     """vLLM-style replay in-process: for chunk k, a fresh parser + decode of all k earlier chunks."""
     from parsers.api import ParserSpec, create_parser, prompt_starts_in_reasoning
-    from render_service.detokenize import IncrementalDetokenizer
+    from render_service.derender.detokenize import IncrementalDetokenizer
     from render_service.model import load_model
 
     tok = load_model(str(QWEN)).tokenizer

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import tokenizers
 
-from render_service.detokenize import UNICODE_TO_BYTE
+from render_service.derender.detokenize import UNICODE_TO_BYTE
 from render_service.tokenizer import DEFAULT_SEGMENT_CACHE_BYTES, TextTokenizer
 from render_service.tokenizer.backends import FastokensBackend
 

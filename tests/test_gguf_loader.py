@@ -10,7 +10,7 @@ import pytest
 import tokenizers
 
 from conftest import MODELS, needs_shared
-from render_service.gguf_loader import (
+from render_service.model.gguf import (
     PRE_TOKENIZERS,
     GgufTokenizerError,
     build_tokenizer,

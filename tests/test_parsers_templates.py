@@ -13,7 +13,7 @@ from conftest import TEMPLATES, needs_shared
 from parsers.api import ParserSpec, detect_parsers, message_from_events, prompt_starts_in_reasoning
 from parsers_fixtures.helpers import assert_chunking_invariant, coalesce, run, run_restoring
 from parsers_fixtures.samples import tool
-from render_service.templates import ChatTemplate
+from render_service.model.templates import ChatTemplate
 
 pytestmark = needs_shared
 

@@ -104,7 +104,7 @@ def test_case05_single_bos_even_with_add_special_tokens():
 
 
 def test_case07_tojson_is_not_html_escaped():
-    from render_service.templates import ChatTemplate
+    from render_service.model.templates import ChatTemplate
 
     case = _case("07")
     t = ChatTemplate("{{ '[TOOL_CALLS][{\"name\": \"' + name + '\", \"arguments\": ' + (args|tojson) + '}]' }}")
@@ -129,7 +129,7 @@ def test_case08_raise_exception_is_a_400_with_the_templates_message():
 
 
 def test_case09_generation_break_and_reject_in_render():
-    from render_service.templates import ChatTemplate
+    from render_service.model.templates import ChatTemplate
 
     for snippet in _case("09")["input"]["templates_snippets"]:
         t = ChatTemplate(snippet)

@@ -88,8 +88,8 @@ KNOWN_TOOL_REFUSALS = {
 
 def _oracle_ids(tok, body: dict, template: str | None) -> list[int] | None:
     """transformers' ids for ``body``, or None when the template refuses the conversation."""
-    from render_service.chat import prepare_messages
-    from render_service.templates import ChatTemplate
+    from render_service.render.messages import prepare_messages
+    from render_service.model.templates import ChatTemplate
 
     source = template or tok.chat_template
     # The oracle gets the conversation in the form a careful user gives that template

@@ -50,7 +50,7 @@ def test_segment_cache_defaults_follow_the_backend():
 
 
 def test_gguf_built_tokenizer_gets_fast_backend():
-    from render_service.gguf_loader import embedded_default_gguf, load_gguf
+    from render_service.model.gguf import embedded_default_gguf, load_gguf
 
     try:
         data = load_gguf(embedded_default_gguf())

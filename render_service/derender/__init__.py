@@ -1,8 +1,8 @@
 """Derender: a tokens-only engine's output token ids → OpenAI chat/completions responses.
 
-Module map (each one job, all sans-IO):
+Module map (each one job, all sans-IO; request bodies are in ``render_service/wire/``):
 
-- ``schema.py``   request bodies (vLLM 0.33 shapes, wire brief §1.6-§1.8)
+- ``detokenize.py`` incremental detokenizer: ids → text, never a stray U+FFFD (sans-IO)
 - ``plan.py``     per-request decisions: decode flags, stop rules, parser choice, logprob cut
 - ``stops.py``    stop strings over streamed text with minimal hold-back
 - ``choice.py``   one choice: ids → detokenizer → stops → parser → gates → `Delta`

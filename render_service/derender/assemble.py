@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..wire.generate import ENGINE_ID_PREFIX
 from .choice import Delta
 from .plan import Plan
-
-ENGINE_ID_PREFIX = "generate-tokens-"
 
 
 def response_id(request_id: str, kind: str) -> str:

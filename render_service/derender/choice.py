@@ -33,11 +33,11 @@ from typing import Any
 from parsers.api import OutputParser, ParserSpec, create_parser, prompt_starts_in_reasoning
 from parsers.events import Content, Reasoning, ToolCallArguments, ToolCallEnd, ToolCallStart
 
-from ..detokenize import IncrementalDetokenizer
+from .detokenize import IncrementalDetokenizer
 from ..tokenizer import TextTokenizer
 from .logprobs import LogprobDecoder, chat_logprobs, completion_logprobs
 from .plan import Plan
-from .schema import GenChoice
+from ..wire.generate import GenChoice
 from .stops import StopMatcher
 
 PROMPT_SCAN_IDS = 64  # prompt ids decoded for `prompt_starts_in_reasoning` (the generation prompt)

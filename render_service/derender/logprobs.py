@@ -11,9 +11,9 @@ characters), else the UTF-8 of the string.
 
 from __future__ import annotations
 
-from ..detokenize import REPLACEMENT, token_bytes
+from .detokenize import REPLACEMENT, token_bytes
 from ..tokenizer import TextTokenizer
-from .schema import GenLogprobs
+from ..wire.generate import GenLogprobs
 
 CONTEXT = 4
 

@@ -27,23 +27,17 @@ one, else counted here). Input that ends without ``[DONE]`` gets an error event.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import orjson
 import pydantic
 
 from ..errors import OpenAIError, bad_request
+from ..wire import sse
+from ..wire.derender import PipeHeader
+from ..wire.generate import GenerateResponse
 from . import assemble
 from .plan import chat_plan, completion_plan
-from .schema import GenerateResponse, PipeHeader
 from .service import Derenderer, StreamSession
-
-DONE = b"data: [DONE]\n\n"
-MAX_EVENT_BYTES = 16 * 1024 * 1024
-
-
-def _event(obj: Any) -> bytes:
-    return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
 class PipeSession:
@@ -74,43 +68,38 @@ class PipeSession:
         self.prompt_tokens = header.prompt_tokens if header.prompt_tokens is not None else len(prompt or [])
         self.finished = False
         self._usage_sent = False
-        self._buf = b""
-        self._data: list[bytes] = []
+        self._reader = sse.SSEReader()
 
     def feed(self, data: bytes) -> bytes:
         """Engine SSE bytes in (any split); OpenAI SSE bytes out (possibly empty)."""
         if self.finished:
             return b""
-        *lines, self._buf = (self._buf + data).split(b"\n")
-        if len(self._buf) > MAX_EVENT_BYTES:
-            return self._fail(bad_request("An engine SSE line exceeds 16 MiB."))
-        out: list[bytes] = []
-        for line in lines:
-            line = line.rstrip(b"\r")
-            if not line:
-                if self._data:
-                    payload, self._data = b"\n".join(self._data), []
-                    out.append(self._dispatch(payload))
-                    if self.finished:
-                        break
-            elif line.startswith(b"data:"):
-                value = line[5:]
-                self._data.append(value[1:] if value.startswith(b" ") else value)
-            # other SSE fields (event:, id:, retry:, comments) carry nothing for us
-        return b"".join(out)
+        try:
+            payloads = self._reader.feed(data)
+        except sse.SSEError as exc:
+            return self._fail(bad_request(f"An engine {exc}."))
+        return self._dispatch_all(payloads)
 
     def close(self) -> bytes:
         """End of the request body."""
         if self.finished:
             return b""
-        out = self.feed(b"\n\n") if self._data or self._buf else b""
+        out = self._dispatch_all(self._reader.close())
         if self.finished:
             return out
         return out + self._fail(OpenAIError(502, "The engine stream ended without `data: [DONE]`."))
 
     # -- internals -------------------------------------------------------------------
+    def _dispatch_all(self, payloads: list[bytes]) -> bytes:
+        out: list[bytes] = []
+        for payload in payloads:
+            out.append(self._dispatch(payload))
+            if self.finished:
+                break
+        return b"".join(out)
+
     def _dispatch(self, payload: bytes) -> bytes:
-        if payload.strip() == b"[DONE]":
+        if sse.is_done(payload):
             return self._done()
         try:
             obj = orjson.loads(payload)
@@ -118,7 +107,7 @@ class PipeSession:
             return self._fail(bad_request("An engine SSE event is not JSON."))
         if isinstance(obj, dict) and "error" in obj:
             self.finished = True
-            return _event(obj) + DONE
+            return sse.event(obj) + sse.DONE
         try:
             gen = GenerateResponse.model_validate(obj)
             choices = self.session.step(gen, streaming_keep_empty=False)
@@ -129,7 +118,7 @@ class PipeSession:
         if not choices and (gen.usage is None or not self.include_usage):
             return b""
         self._usage_sent |= gen.usage is not None and not choices
-        return _event(self.session.chunk(gen, choices, self.model, self.header_prompt_tokens))
+        return sse.event(self.session.chunk(gen, choices, self.model, self.header_prompt_tokens))
 
     def _done(self) -> bytes:
         self.finished = True
@@ -139,9 +128,9 @@ class PipeSession:
             rid = assemble.response_id(self.session.rid, self.session.plan.kind)
             u = assemble.usage(self.prompt_tokens, done)
             make = assemble.chat_chunk if self.session.plan.kind == "chat" else assemble.completion_chunk
-            out = _event(make(rid, self.session.created, self.model, [], u))
-        return out + DONE
+            out = sse.event(make(rid, self.session.created, self.model, [], u))
+        return out + sse.DONE
 
     def _fail(self, err: OpenAIError) -> bytes:
         self.finished = True
-        return _event(err.body()) + DONE
+        return sse.event(err.body()) + sse.DONE

@@ -13,8 +13,10 @@ from typing import Any
 
 from ..config import ServeConfig
 from ..errors import bad_request
-from ..protocol import stop_list
-from .schema import ChatRequestFields, ParseContext, SamplingFields
+from ..policy import parser_configured, skip_special_tokens
+from ..wire.derender import ChatRequestFields, ParseContext
+from ..wire.generate import SamplingParams
+from ..wire.openai import stop_list
 
 MAX_CHOICES = 16384  # vLLM's VLLM_MAX_N_SEQUENCES
 
@@ -58,11 +60,6 @@ class Plan:
         return not (self.has_parser and not self.include_reasoning)
 
 
-def parser_configured(config: ServeConfig) -> bool:
-    """True when the server runs a reasoning parser or an auto tool-call parser."""
-    return bool(config.reasoning_parser) or bool(config.tool_call_parser and config.enable_auto_tool_choice)
-
-
 def _stop_list(stop: str | list[str] | None) -> tuple[str, ...]:
     stops = tuple(stop_list(stop))
     if any(not s for s in stops):
@@ -71,7 +68,7 @@ def _stop_list(stop: str | list[str] | None) -> tuple[str, ...]:
 
 
 def chat_plan(bundle: Any, config: ServeConfig, chat: ChatRequestFields | None, ctx: ParseContext | None,
-              sampling: SamplingFields | None) -> Plan:
+              sampling: SamplingParams | None) -> Plan:
     """Plan for chat derender.
 
     Parser source: ``chat_request`` (vLLM) or the slim ``parse_context``; when a parser is
@@ -108,9 +105,7 @@ def chat_plan(bundle: Any, config: ServeConfig, chat: ChatRequestFields | None, 
     has_parser = src is not None and (reasoning is not None or tool is not None)
 
     s = chat if chat is not None else sampling
-    skip = True if s is None or s.skip_special_tokens is None else s.skip_special_tokens
-    if has_parser:
-        skip = False  # markers must survive (§3.1, shared case 22)
+    skip = skip_special_tokens(s.skip_special_tokens if s is not None else None, has_parser)
     top: int | None = None
     if chat is not None and chat.logprobs:
         top = None if chat.top_logprobs == -1 or chat.logprob_token_ids else (chat.top_logprobs or 0)
@@ -131,11 +126,11 @@ def chat_plan(bundle: Any, config: ServeConfig, chat: ChatRequestFields | None, 
     )
 
 
-def completion_plan(bundle: Any, req: ChatRequestFields | None, sampling: SamplingFields | None) -> Plan:
+def completion_plan(bundle: Any, req: ChatRequestFields | None, sampling: SamplingParams | None) -> Plan:
     """Plan for completions derender: never a parser (§1.7); logprobs keep ``logprobs + 1``
     candidates (all for -1 or unset)."""
     s = req if req is not None else sampling
-    skip = True if s is None or s.skip_special_tokens is None else s.skip_special_tokens
+    skip = skip_special_tokens(s.skip_special_tokens if s is not None else None, parser_active=False)
     top = None
     if req is not None and isinstance(req.logprobs, int) and not isinstance(req.logprobs, bool) and req.logprobs >= 0:
         top = req.logprobs + 1
@@ -143,7 +138,7 @@ def completion_plan(bundle: Any, req: ChatRequestFields | None, sampling: Sampli
                 return_token_ids=bool(req.return_token_ids) if req is not None else False)
 
 
-def _stop_fields(bundle: Any, s: ChatRequestFields | SamplingFields | None) -> dict:
+def _stop_fields(bundle: Any, s: ChatRequestFields | SamplingParams | None) -> dict:
     eos_name = (getattr(bundle, "special_tokens", None) or {}).get("eos_token")
     tok_eos = bundle.tokenizer.token_to_id(eos_name) if eos_name else None
     return dict(

@@ -26,8 +26,9 @@ from .choice import ChoiceStream, Delta
 from .logprobs import logprob_ids
 from ..errors import check_token_ids
 from .plan import MAX_CHOICES, Plan, chat_plan, completion_plan
-from .schema import (DerenderChatRequest, DerenderChatStreamRequest, DerenderCompletionRequest,
-                     DerenderCompletionStreamRequest, GenChoice, GenerateResponse)
+from ..wire.derender import (DerenderChatRequest, DerenderChatStreamRequest, DerenderCompletionRequest,
+                             DerenderCompletionStreamRequest)
+from ..wire.generate import GenChoice, GenerateResponse
 from .state import StateCodec
 
 

@@ -46,6 +46,8 @@ import orjson
 
 from ..errors import OpenAIError, bad_request
 from ..render import new_request_id
+from ..wire import sse
+from ..wire.generate import ENGINE_ID_PREFIX
 from .config import DriverConfig
 from .hops import LocalHops, RemoteHops, derender_payload
 from .legs import decode_leg, prefill_leg
@@ -57,7 +59,6 @@ log = logging.getLogger("render_service.driver")
 
 GENERATE_PATH = "/inference/v1/generate"
 ABORT_PATH = "/abort_requests"          # wire brief §1.9: unauthenticated on --tokens-only servers
-ENGINE_ID_PREFIX = "generate-tokens-"   # vLLM's engine-facing request id prefix (§1.8)
 
 Observer = Callable[[str, dict], None]
 
@@ -100,11 +101,11 @@ class Responder:
         await self._start(200, {"content-type": "text/event-stream", "cache-control": "no-cache", **headers})
 
     async def event(self, obj: Any) -> None:
-        await self._body(b"data: " + orjson.dumps(obj) + b"\n\n")
+        await self._body(sse.event(obj))
 
     async def end_events(self, comment: str | None = None) -> None:
-        tail = f": {comment}\n\n".encode() if comment else b""
-        await self.send({"type": "http.response.body", "body": tail + b"data: [DONE]\n\n", "more_body": False})
+        tail = sse.comment(comment) if comment else b""
+        await self.send({"type": "http.response.body", "body": tail + sse.DONE, "more_body": False})
 
     async def _start(self, status: int, headers: Mapping[str, str]) -> None:
         self.started, self.status = True, status
@@ -191,7 +192,7 @@ class Leg:
                 if response.status_code != 200:
                     raise error_from_status("decode", url, response.status_code, await response.aread())
                 async for data in sse_data(response):
-                    if data.strip() == "[DONE]":
+                    if sse.is_done(data):
                         return
                     try:
                         chunk = orjson.loads(data)
@@ -203,6 +204,8 @@ class Leg:
                 raise HopError("decode", 502, f"decode hop failed: the stream from {url} ended without [DONE].")
             except httpx.HTTPError as exc:
                 raise error_from_exception("decode", url, exc) from None
+            except sse.SSEError as exc:
+                raise HopError("decode", 502, f"decode hop failed: {url} sent an {exc}.") from None
             finally:
                 await response.aclose()
 

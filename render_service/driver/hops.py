@@ -27,13 +27,13 @@ import pydantic
 
 from ..config import ServeConfig
 from ..derender.plan import chat_plan, completion_plan
-from ..derender.schema import (ChatRequestFields, DerenderChatRequest, DerenderCompletionRequest,
-                               GenerateResponse)
 from ..derender.service import Derenderer, StreamSession
 from ..errors import OpenAIError
 from ..http.common import AppContext, validate
-from ..protocol import ChatCompletionRequest, CompletionRequest
 from ..render import render_chat, render_completion
+from ..wire.derender import ChatRequestFields, DerenderChatRequest, DerenderCompletionRequest
+from ..wire.generate import GenerateResponse
+from ..wire.openai import ChatCompletionRequest, CompletionRequest
 from .upstream import HopError, post_json
 
 RENDER_PATHS = {"chat": "/v1/chat/completions/render", "completion": "/v1/completions/render"}

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-OUTPUT_KIND_DELTA = 1        # vLLM RequestOutputKind.DELTA (streaming)
-OUTPUT_KIND_FINAL_ONLY = 2   # vLLM RequestOutputKind.FINAL_ONLY
+from ..wire.generate import OUTPUT_KIND_DELTA, OUTPUT_KIND_FINAL_ONLY
 
 # §6.1 step 2: what the proxy sends prefill so that it keeps the KV for a remote decode.
 PREFILL_KV_PARAMS: dict[str, Any] = {

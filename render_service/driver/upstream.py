@@ -22,6 +22,7 @@ import httpx
 import orjson
 
 from ..errors import OpenAIError
+from ..wire.sse import SSEReader
 
 _PASS_THROUGH = (400, 413, 422, 429)  # the client's request was refused: say so with the same status
 
@@ -135,17 +136,15 @@ async def post_json(client: httpx.AsyncClient, hop: str, url: str, path: str, pa
                        answered=True) from None
 
 
-async def sse_data(response: httpx.Response) -> AsyncIterator[str]:
-    """The ``data`` payloads of an SSE response body, one per event (multi-line data joined
-    with ``\\n``; comments and other fields skipped)."""
-    data: list[str] = []
-    async for line in response.aiter_lines():
-        if not line:
-            if data:
-                yield "\n".join(data)
-                data = []
-        elif line.startswith("data:"):
-            value = line[5:]
-            data.append(value[1:] if value.startswith(" ") else value)
-    if data:
-        yield "\n".join(data)
+async def sse_data(response: httpx.Response) -> AsyncIterator[bytes]:
+    """The ``data`` payloads of an SSE response body, one per event (`wire.sse.SSEReader`).
+
+    Raises:
+        SSEError: a line longer than the reader's limit.
+    """
+    reader = SSEReader()
+    async for chunk in response.aiter_bytes():
+        for payload in reader.feed(chunk):
+            yield payload
+    for payload in reader.close():
+        yield payload

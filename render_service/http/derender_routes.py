@@ -23,10 +23,10 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from ..derender.pipe import PipeSession
-from ..derender.schema import (DerenderChatRequest, DerenderChatStreamRequest, DerenderCompletionRequest,
-                               DerenderCompletionStreamRequest, PipeHeader)
 from ..derender.service import Derenderer
 from ..errors import OpenAIError, bad_request
+from ..wire.derender import (DerenderChatRequest, DerenderChatStreamRequest, DerenderCompletionRequest,
+                             DerenderCompletionStreamRequest, PipeHeader)
 from .common import AppContext, JSONResponse, error_response, read_json, validate
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from starlette.routing import Route
 
 from .. import __version__
 from ..errors import check_token_ids
-from ..protocol import ChatCompletionRequest
 from ..render import render_chat
+from ..wire.openai import ChatCompletionRequest
 from .common import AppContext, JSONResponse, read_json, validate
 
 _STARTED = int(time.time())

@@ -5,8 +5,8 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.routing import Route
 
-from ..protocol import ChatCompletionRequest, CompletionRequest
 from ..render import new_request_id, render_chat, render_completion
+from ..wire.openai import ChatCompletionRequest, CompletionRequest
 from .common import AppContext, JSONResponse, read_json, validate
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import tokenizers
 
 from .templates import ChatTemplate
-from .tokenizer import TextTokenizer
+from ..tokenizer import TextTokenizer
 
 
 _TOKENIZER_FILES = (
@@ -93,7 +93,7 @@ def load_model(
         ModelLoadError: the source is missing, unreadable, or a hub id without hub access.
     """
     if source is None:
-        from .gguf_loader import embedded_default_gguf
+        from .gguf import embedded_default_gguf
 
         try:
             path = embedded_default_gguf()
@@ -155,7 +155,7 @@ def load_model(
 
 
 def _from_gguf(path: Path) -> dict[str, Any]:
-    from .gguf_loader import load_gguf
+    from .gguf import load_gguf
 
     try:
         data = load_gguf(path)

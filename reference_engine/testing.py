@@ -3,7 +3,7 @@
     with EngineProcess("--scripted", path, role="decode") as eng:
         httpx.post(eng.url + "/inference/v1/generate", json=...)
 
-The child is ``python -m render_service.engine`` with this checkout on ``PYTHONPATH``; it is
+The child is ``python -m reference_engine`` with this checkout on ``PYTHONPATH``; it is
 terminated (then killed) on exit. `kill()` simulates a crashed engine.
 """
 
@@ -54,7 +54,7 @@ class EngineProcess:
     def __init__(self, *args: str, role: str = "both", startup_timeout: float = 60.0):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.args = [sys.executable, "-m", "render_service.engine", "--role", role, "--port", str(self.port), *args]
+        self.args = [sys.executable, "-m", "reference_engine", "--role", role, "--port", str(self.port), *args]
         self.startup_timeout = startup_timeout
         self.proc: subprocess.Popen | None = None
 

@@ -1,4 +1,4 @@
-"""OpenAI chat messages → the plain data a chat template expects.
+"""Message preparation: OpenAI chat messages → the plain data a chat template expects.
 
 Clients speak the OpenAI Chat Completions format; templates were written for Hugging
 Face's conversation dicts. The differences that break prompts in the wild, and our rule
@@ -24,8 +24,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .errors import bad_request
-from .templates import ChatTemplate
+from ..errors import bad_request
+from ..model.templates import ChatTemplate
 
 _TEXT_PART_TYPES = ("text", "input_text", "output_text")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..cli import port_type
+from render_service.cli import port_type
 from .app import FAILURE_POLICIES, ROLES, EngineConfig, create_app
 from .backend import Backend
 
@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="GGUF file, or a directory holding exactly one (default: SmolLM2-135M-Instruct Q4_1)")
     source.add_argument("--scripted", metavar="FILE",
                         help="replay token lists from this JSON script instead of running a model "
-                             "(format: render_service.engine.scripted)")
+                             "(format: reference_engine.scripted)")
     parser.add_argument("--served-model-name", nargs="+", metavar="NAME",
                         help="model names accepted in requests and reported in responses (first is the default)")
     parser.add_argument("--kv-lease-duration", type=float, default=30.0, metavar="SECONDS",
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m render_service.engine``: the same flags as ``render-service engine``."""
+    """``python -m reference_engine``: the same flags as ``render-service engine``."""
     parser = argparse.ArgumentParser(prog="render-service engine", description=DESCRIPTION)
     add_arguments(parser)
     return run(parser.parse_args(argv))

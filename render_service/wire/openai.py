@@ -1,4 +1,4 @@
-"""Request models for render (OpenAI Chat Completions / Completions, vLLM extensions).
+"""Client requests render takes: OpenAI Chat Completions / Completions, vLLM extensions.
 
 Field names, types and defaults follow vLLM 0.33's `ChatCompletionRequest` and
 `CompletionRequest` (wire brief §1.3, §1.4). Unknown keys are accepted and ignored, as
@@ -18,6 +18,9 @@ class _Lenient(BaseModel):
 
 
 class StreamOptions(_Lenient):
+    """``stream_options`` of client requests and of ``GenerateRequest`` (vLLM defaults:
+    neither usage nor continuous usage unless asked)."""
+
     include_usage: bool | None = False
     continuous_usage_stats: bool | None = False
 
@@ -128,13 +131,6 @@ class ChatCompletionRequest(SamplingFields):
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs requires logprobs: true")
         return self
-
-    @property
-    def effective_tool_choice(self) -> str | dict:
-        """``tool_choice`` with vLLM's default: ``auto`` when tools are given, else ``none``."""
-        if self.tool_choice is not None:
-            return self.tool_choice
-        return "auto" if self.tools else "none"
 
 
 class CompletionRequest(SamplingFields):

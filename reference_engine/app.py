@@ -35,13 +35,16 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from ..errors import OpenAIError, bad_request, not_found
-from ..http.common import JSONResponse, error_response, read_json, validate
-from . import kv, wire
+from render_service.errors import OpenAIError, bad_request, not_found
+from render_service.http.common import JSONResponse, error_response, read_json, validate
+from render_service.wire import generate as wire
+from render_service.wire import sse
+
+from . import checks, kv
 from .backend import Backend
 from .generation import Job, KVLoadFailed, Outcome, run_job
 
-log = logging.getLogger("render_service.engine")
+log = logging.getLogger("reference_engine")
 
 ROLES = ("prefill", "decode", "both")
 FAILURE_POLICIES = ("fail", "recompute")
@@ -213,10 +216,10 @@ class Engine:
 
     # -- request → job ----------------------------------------------------------------
 
-    def make_job(self, req: wire.GenerateRequestIn, header_request_id: str | None) -> Job:
+    def make_job(self, req: wire.GenerateRequest, header_request_id: str | None) -> Job:
         """Validate a parsed request against this engine. Raises `OpenAIError` (400/404)."""
-        wire.check_request(req)
-        sampling = wire.sampling_spec(req.sampling_params)
+        checks.check_request(req)
+        sampling = checks.sampling_spec(req.sampling_params)
         if req.model is not None and req.model not in self.names:
             raise not_found(
                 f"The model `{req.model}` does not exist. Valid aliases: {', '.join(self.names)}.", param="model"
@@ -250,7 +253,7 @@ class Engine:
                               "kv_transfer_params", param="stream")
         base = header_request_id or req.request_id or uuid.uuid4().hex
         return Job(
-            request_id=f"generate-tokens-{base}", prompt=prompt, sampling=sampling,
+            request_id=f"{wire.ENGINE_ID_PREFIX}{base}", prompt=prompt, sampling=sampling,
             kv_params=params, export_kv=export, import_kv=imp,
         )
 
@@ -266,17 +269,13 @@ class Engine:
 # -- handlers ---------------------------------------------------------------------------
 
 
-def _sse(data: Any) -> bytes:
-    return b"data: " + (data if isinstance(data, bytes) else orjson.dumps(data)) + b"\n\n"
-
-
 async def _watch_disconnect(request: Request, run: RunningJob) -> None:
     while (await request.receive())["type"] != "http.disconnect":
         pass
     run.cancel.set()
 
 
-async def _collect(engine: Engine, req: wire.GenerateRequestIn, run: RunningJob, request: Request) -> Response:
+async def _collect(engine: Engine, req: wire.GenerateRequest, run: RunningJob, request: Request) -> Response:
     watcher = asyncio.create_task(_watch_disconnect(request, run))
     tokens: list[int] = []
     try:
@@ -302,7 +301,7 @@ async def _collect(engine: Engine, req: wire.GenerateRequestIn, run: RunningJob,
     )
 
 
-async def _stream(req: wire.GenerateRequestIn, run: RunningJob) -> AsyncIterator[bytes]:
+async def _stream(req: wire.GenerateRequest, run: RunningJob) -> AsyncIterator[bytes]:
     job = run.job
     opts = req.stream_options
     include_usage = opts is not None and opts.include_usage
@@ -312,11 +311,11 @@ async def _stream(req: wire.GenerateRequestIn, run: RunningJob) -> AsyncIterator
         while True:
             item, ahead = ahead or await run.queue.get(), None
             if item[0] == "error":
-                yield _sse(item[1].body())
+                yield sse.event(item[1].body())
                 break
             if item[0] == "end":
                 if include_usage:
-                    yield _sse(wire.usage_chunk(job.request_id, wire.usage(len(job.prompt), produced), item[3]))
+                    yield sse.event(wire.usage_chunk(job.request_id, wire.usage(len(job.prompt), produced), item[3]))
                 break
             ids, finish = list(item[1]), item[2]
             while finish is None and not run.queue.empty():  # coalesce tokens already waiting
@@ -331,7 +330,7 @@ async def _stream(req: wire.GenerateRequestIn, run: RunningJob) -> AsyncIterator
                 ahead = await run.queue.get()
                 metrics = ahead[3] if ahead[0] == "end" else None
             produced += len(ids)
-            yield _sse(
+            yield sse.event(
                 wire.stream_chunk(
                     job.request_id, ids, finish,
                     usage_info=wire.usage(len(job.prompt), produced) if continuous else None,
@@ -340,7 +339,7 @@ async def _stream(req: wire.GenerateRequestIn, run: RunningJob) -> AsyncIterator
                 )
             )
             first = False
-        yield _sse(b"[DONE]")
+        yield sse.DONE
     finally:
         run.cancel.set()
 
@@ -348,7 +347,7 @@ async def _stream(req: wire.GenerateRequestIn, run: RunningJob) -> AsyncIterator
 async def generate(request: Request) -> Response:
     engine: Engine = request.app.state.engine
     try:
-        req = validate(wire.GenerateRequestIn, await read_json(request, engine.config.max_body_bytes))
+        req = validate(wire.GenerateRequest, await read_json(request, engine.config.max_body_bytes))
         job = engine.make_job(req, request.headers.get("x-request-id"))
     except OpenAIError as err:
         return error_response(err)

@@ -7,11 +7,11 @@ driver, derender and parser tests can run against a real process on loopback:
   on one CPU core), one model per process, requests serialised;
 * ``scripted`` replays token lists from a JSON file (format in its docstring), no model;
 * ``kv`` implements the prefill→decode KV handoff (§6.1) as an HTTP pull with leases;
-* ``generation`` is the per-request loop (stop rules, abort checks), ``wire`` the request
-  validation and response shapes, ``app`` the starlette routes, ``cli`` the flags.
+* ``generation`` is the per-request loop (stop rules, abort checks), ``checks`` what this
+  engine accepts (wire models: `render_service.wire.generate`), ``app`` the starlette routes, ``cli`` the flags.
 
 Start one with ``render-service engine --role prefill|decode|both --port P`` or
-``python -m render_service.engine ...``.
+``python -m reference_engine ...``.
 """
 
 from .app import EngineConfig, create_app

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .protocol import SamplingFields, stop_list
+from ..wire.generate import OUTPUT_KIND_DELTA, OUTPUT_KIND_FINAL_ONLY
+from ..wire.openai import SamplingFields, stop_list
 
 _NEUTRAL = {
     "temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0,
     "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
 }
-_OUTPUT_KIND_DELTA, _OUTPUT_KIND_FINAL = 1, 2
 
 
 def build_sampling_params(
@@ -34,7 +34,7 @@ def build_sampling_params(
 
     Args:
         req: the validated chat or completions request.
-        max_tokens: already resolved against the context (see `render.resolve_max_tokens`).
+        max_tokens: already resolved against the context (see `request.resolve_max_tokens`).
         generation_config: the model's ``generation_config.json`` (server defaults).
         eos_token_ids: added to ``stop_token_ids`` unless ``ignore_eos``.
         skip_special_tokens: already resolved (parsers force false).
@@ -82,7 +82,7 @@ def build_sampling_params(
         sp["spaces_between_special_tokens"] = False
     if req.include_stop_str_in_output:
         sp["include_stop_str_in_output"] = True
-    sp["output_kind"] = _OUTPUT_KIND_DELTA if req.stream else _OUTPUT_KIND_FINAL
+    sp["output_kind"] = OUTPUT_KIND_DELTA if req.stream else OUTPUT_KIND_FINAL_ONLY
     sp["skip_clone"] = True
     structured = _structured_outputs(req)
     if structured is not None:

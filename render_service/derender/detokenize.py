@@ -38,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from .tokenizer import TextTokenizer
+from ..tokenizer import TextTokenizer
 
 REPLACEMENT = "\ufffd"
 CONTEXT_IDS = 4      # ids of left context kept after each emit (vLLM keeps 5 token strings)

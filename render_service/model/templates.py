@@ -35,7 +35,7 @@ import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .errors import bad_request
+from ..errors import bad_request
 
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
@@ -142,7 +142,7 @@ class ChatTemplate:
     ) -> str:
         """Render a conversation to the prompt string, as `apply_chat_template(tokenize=False)`.
 
-        ``messages`` must already be plain JSON data (see `render_service.chat`). Extra
+        ``messages`` must already be plain JSON data (see `render_service.render.messages`). Extra
         ``kwargs`` (special-token strings, ``enable_thinking``, …) become template variables.
 
         Raises:

@@ -1,0 +1,56 @@
+"""What this engine accepts of a `GenerateRequest` (the models are in `render_service.wire.generate`).
+
+`sampling_spec` applies vLLM's ``SamplingParams`` range checks plus the tokens-only handler
+checks (no ``stop`` strings) and this engine's limits (``n`` = 1, no logprobs);
+`check_request` the request-level checks (token ids, output mode, no multimodal input).
+"""
+
+from __future__ import annotations
+
+from render_service.errors import bad_request
+from render_service.wire.generate import GenerateRequest, SamplingParams
+
+from .backend import SamplingSpec
+
+
+def _check(ok: bool, message: str, field: str) -> None:
+    if not ok:
+        raise bad_request(message, param=f"sampling_params.{field}")
+
+
+def sampling_spec(sp: SamplingParams) -> SamplingSpec:
+    """Validate and convert. Raises `OpenAIError` 400 naming ``sampling_params.<field>``."""
+    _check(sp.n == 1, f"n={sp.n} is not supported: this reference engine returns exactly one choice (n=1)", "n")
+    _check(0.0 <= sp.temperature <= 2.0, f"temperature must be in [0, 2], got {sp.temperature}", "temperature")
+    _check(0.0 < sp.top_p <= 1.0, f"top_p must be in (0, 1], got {sp.top_p}", "top_p")
+    _check(sp.top_k >= -1, f"top_k must be -1 or 0 (disable) or at least 1, got {sp.top_k}", "top_k")
+    _check(0.0 <= sp.min_p <= 1.0, f"min_p must be in [0, 1], got {sp.min_p}", "min_p")
+    _check(-2.0 <= sp.presence_penalty <= 2.0, "presence_penalty must be in [-2, 2]", "presence_penalty")
+    _check(-2.0 <= sp.frequency_penalty <= 2.0, "frequency_penalty must be in [-2, 2]", "frequency_penalty")
+    _check(0.0 < sp.repetition_penalty <= 2.0, "repetition_penalty must be in (0, 2]", "repetition_penalty")
+    _check(sp.max_tokens is None or sp.max_tokens >= 1, f"max_tokens must be at least 1, got {sp.max_tokens}", "max_tokens")
+    _check(sp.min_tokens >= 0, f"min_tokens must be non-negative, got {sp.min_tokens}", "min_tokens")
+    _check(
+        sp.max_tokens is None or sp.min_tokens <= sp.max_tokens,
+        f"min_tokens ({sp.min_tokens}) must be less than or equal to max_tokens ({sp.max_tokens})",
+        "min_tokens",
+    )
+    _check(not sp.stop, "stop strings are not supported on a tokens-only server; use stop_token_ids", "stop")
+    _check(all(t >= 0 for t in sp.stop_token_ids), "stop_token_ids must be non-negative", "stop_token_ids")
+    _check(sp.logprobs is None, "logprobs are not supported by this reference engine", "logprobs")
+    _check(sp.prompt_logprobs is None, "prompt_logprobs are not supported by this reference engine", "prompt_logprobs")
+    same = {name: getattr(sp, name) for name in SamplingSpec.__dataclass_fields__}
+    return SamplingSpec(**{**same, "top_k": max(sp.top_k, 0), "stop_token_ids": tuple(sp.stop_token_ids)})
+
+
+def check_request(req: GenerateRequest) -> None:
+    """Request-level checks of the tokens-only handler. Raises `OpenAIError` 400."""
+    if any(t < 0 for t in req.token_ids):
+        raise bad_request("token_ids must be non-negative", param="token_ids")
+    if req.output_mode != "tokens":
+        raise bad_request(
+            f"output_mode {req.output_mode!r} needs a tokenizer; this tokens-only engine only supports 'tokens'",
+            param="output_mode",
+        )
+    if req.features is not None or req.content_parts is not None:
+        raise bad_request("multimodal inputs are not supported by this reference engine", param="features")

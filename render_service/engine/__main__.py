@@ -1,7 +1,0 @@
-"""``python -m render_service.engine [flags]`` = ``render-service engine [flags]``."""
-
-import sys
-
-from .cli import main
-
-sys.exit(main())

@@ -1,0 +1,52 @@
+"""Front door: OpenAI legacy completions → one `GenerateRequest` per prompt (wire brief §1.4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import ServeConfig
+from ..errors import bad_request, check_token_ids
+from ..model import ModelBundle
+from ..policy import skip_special_tokens
+from ..wire.openai import CompletionRequest
+from .request import check_logprobs, generate_request, refuse_beam_search, resolve_max_tokens, sampling_params, truncate
+
+
+def render_completion(
+    bundle: ModelBundle, config: ServeConfig, req: CompletionRequest, request_id: str
+) -> list[dict[str, Any]]:
+    """Render a completions request: one `GenerateRequest` per prompt.
+
+    Ids are ``cmpl-<request_id>`` for one prompt, ``cmpl-<request_id>-<i>`` for several.
+
+    Raises:
+        OpenAIError: 400 for out-of-vocabulary ids, over-long prompts, echo, …
+    """
+    refuse_beam_search(req)
+    if req.echo:
+        raise bad_request("echo is not supported by the render tier (the engine never sees prompt text).", "echo")
+    check_logprobs(config, {"logprobs": req.logprobs})
+    prompts = req.prompts()
+    out = []
+    vocab = bundle.tokenizer.vocab_size
+    skip = skip_special_tokens(req.skip_special_tokens, parser_active=False,
+                               default=bool(bundle.generation_config.get("skip_special_tokens", True)))
+    for i, prompt in enumerate(prompts):
+        if isinstance(prompt, str):
+            token_ids = bundle.tokenizer.encode(prompt, add_special_tokens=req.add_special_tokens)
+        else:
+            check_token_ids(prompt, vocab, "prompt")
+            token_ids = list(prompt)
+        if not token_ids:
+            raise bad_request("The prompt is empty after tokenization.", "prompt")
+        token_ids = truncate(token_ids, req.truncate_prompt_tokens, bundle.max_model_len)
+        max_tokens = resolve_max_tokens(bundle, len(token_ids), req.max_tokens, "max_tokens")
+        params = sampling_params(req, bundle, max_tokens, skip, req.logprobs)
+        rid = f"cmpl-{request_id}" if len(prompts) == 1 else f"cmpl-{request_id}-{i}"
+        out.append(
+            generate_request(
+                req, request_id=rid, token_ids=token_ids, sampling_params=params,
+                reasoning_ended=None, reasoning_parser_kwargs=None, parse_context=None,
+            )
+        )
+    return out

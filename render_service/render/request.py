@@ -1,0 +1,123 @@
+"""What every front door shares: request ids, lengths, logprob limits, and the
+`GenerateRequest` dict (vLLM 0.33 shape, every key present, nulls included; wire brief
+§1.3, §1.4, lengths §2.6, ids §2.7).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from ..config import ServeConfig
+from ..errors import bad_request
+from ..model import ModelBundle
+from .sampling import build_sampling_params
+
+
+def new_request_id() -> str:
+    """16 random hex characters (vLLM's default request id)."""
+    return secrets.token_hex(8)
+
+
+def refuse_beam_search(req: Any) -> None:
+    """Raises `OpenAIError` 400: this tier has no beam search."""
+    if req.use_beam_search:
+        raise bad_request("use_beam_search is not supported.", "use_beam_search")
+
+
+def resolve_max_tokens(bundle: ModelBundle, prompt_len: int, requested: int | None, param: str) -> int:
+    """``max_tokens`` per wire brief §2.6, with errors that name both lengths.
+
+    Raises:
+        OpenAIError: 400 when the request asks for more than the context, or the prompt
+        leaves no room to generate.
+    """
+    limit = bundle.max_model_len
+    if requested is not None and requested > limit:
+        raise bad_request(
+            f"{param}={requested} is larger than this model's maximum context length of {limit} tokens.", param
+        )
+    if prompt_len >= limit:
+        raise bad_request(
+            f"This model's maximum context length is {limit} tokens, and your prompt contains {prompt_len} "
+            f"input tokens, which leaves no room for output. Shorten the prompt or set truncate_prompt_tokens.",
+            "input_tokens",
+        )
+    room = limit - prompt_len
+    default = bundle.generation_config.get("max_new_tokens")
+    want = requested if requested is not None else (default or room)
+    return min(room, want)
+
+
+def check_logprobs(config: ServeConfig, requested: dict[str, int | None]) -> None:
+    """Logprob counts above ``--max-logprobs`` are refused up front (vLLM checks them at derender)."""
+    if config.max_logprobs < 0:
+        return
+    for param, value in requested.items():
+        if value is not None and value > config.max_logprobs:
+            raise bad_request(f"{param}={value} exceeds the server limit --max-logprobs={config.max_logprobs}.", param)
+
+
+def truncate(token_ids: list[int], truncate_prompt_tokens: int | None, max_model_len: int) -> list[int]:
+    """Keep the last ``truncate_prompt_tokens`` ids (-1: the context minus one)."""
+    if truncate_prompt_tokens is None:
+        return token_ids
+    keep = max_model_len - 1 if truncate_prompt_tokens == -1 else truncate_prompt_tokens
+    if keep > max_model_len:
+        raise bad_request(
+            f"truncate_prompt_tokens={truncate_prompt_tokens} is larger than the maximum context length {max_model_len}.",
+            "truncate_prompt_tokens",
+        )
+    return token_ids[-keep:] if keep else []
+
+
+def sampling_params(req: Any, bundle: ModelBundle, max_tokens: int, skip_special: bool, logprobs: int | None,
+                    prompt_logprobs: int | None = None) -> dict[str, Any]:
+    """`build_sampling_params` with the model's generation defaults and EOS ids."""
+    return build_sampling_params(
+        req,
+        max_tokens=max_tokens,
+        generation_config=bundle.generation_config,
+        eos_token_ids=bundle.eos_token_ids,
+        skip_special_tokens=skip_special,
+        logprobs=logprobs,
+        prompt_logprobs=prompt_logprobs,
+    )
+
+
+def generate_request(
+    req: Any,
+    *,
+    request_id: str,
+    token_ids: list[int],
+    sampling_params: dict,
+    reasoning_ended: bool | None,
+    reasoning_parser_kwargs: dict | None,
+    parse_context: dict | None,
+) -> dict[str, Any]:
+    """The `GenerateRequest` dict for ``req`` (a validated chat or completions request)."""
+    extra = dict(sampling_params.get("extra_args") or {})
+    kv = req.kv_transfer_params if req.kv_transfer_params is not None else extra.pop("kv_transfer_params", None)
+    if kv is not None and "prompt_token_ids" in kv:
+        kv = {k: v for k, v in kv.items() if k != "prompt_token_ids"}
+    ec = req.ec_transfer_params if req.ec_transfer_params is not None else extra.pop("ec_transfer_params", None)
+    return {
+        "request_id": request_id,
+        "token_ids": token_ids,
+        "token_offsets": None,
+        "features": None,
+        "content_parts": None,
+        "sampling_params": sampling_params,
+        "model": req.model,
+        "reasoning_ended": reasoning_ended,
+        "reasoning_parser_kwargs": reasoning_parser_kwargs,
+        "return_token_ids": req.return_token_ids,
+        "output_mode": "tokens",
+        "parse_context": parse_context,
+        "stream": req.stream,
+        "stream_options": req.stream_options.model_dump(exclude_none=True) if req.stream and req.stream_options else None,
+        "cache_salt": req.cache_salt,
+        "priority": req.priority,
+        "kv_transfer_params": kv,
+        "ec_transfer_params": ec,
+    }
