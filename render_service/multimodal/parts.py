@@ -1,0 +1,70 @@
+"""Media content parts of each front door → `MediaPart` (the one shape the pipeline takes).
+
+- chat: ``{"type": "image_url", "image_url": {"url": ...} | "...", "uuid"?}`` and
+  ``{"type": "video_url", "video_url": {"url": ...}, "uuid"?}``; with a ``uuid`` the URL may be
+  absent or null (answered from the processor cache), as vLLM 0.33 parses them;
+- Responses ``input_image`` (``image_url`` string) and Anthropic Messages ``image`` blocks
+  (``source`` base64 or url) go through `image_part` / `anthropic_image_url`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import bad_request
+from .pipeline import MediaPart
+
+CHAT_MEDIA_TYPES = {"image_url": "image", "video_url": "video", "input_image": "image"}
+
+
+def image_part(url: str | None, uuid: str | None = None, param: str | None = None) -> MediaPart:
+    """An image part from any front door: ``url`` a data:/file:///http(s) URL, or None with a ``uuid``.
+
+    Raises:
+        OpenAIError: 400 when neither a URL nor a uuid is given.
+    """
+    if url is not None and not isinstance(url, str):
+        raise bad_request("An image part's URL must be a string.", param)
+    if not url and uuid is None:
+        raise bad_request("An image part needs a URL (or a uuid of an image sent before).", param)
+    return MediaPart("image", url or None, None if uuid is None else str(uuid), param)
+
+
+def _url_of(value: Any) -> Any:
+    return value.get("url") if isinstance(value, dict) else value
+
+
+def chat_media_part(part: dict, param: str | None = None) -> MediaPart | None:
+    """The `MediaPart` of a chat content part, or None when the part is not media (text, ...).
+
+    Raises:
+        OpenAIError: 400 for a media part without a usable URL or uuid.
+    """
+    ptype = part.get("type")
+    uuid = part.get("uuid")
+    key = ptype if ptype in CHAT_MEDIA_TYPES else None
+    if key is None and (ptype is None or uuid is not None):
+        key = next((k for k in ("image_url", "video_url") if k in part), None)
+    if key is None:
+        return None
+    modality = CHAT_MEDIA_TYPES[key]
+    url = _url_of(part.get(key))
+    if url is not None and not isinstance(url, str):
+        raise bad_request(f"`{key}.url` must be a string.", param)
+    if not url and uuid is None:
+        raise bad_request(f"A {key} part needs `{key}.url`.", param)
+    return MediaPart(modality, url or None, None if uuid is None else str(uuid), param)
+
+
+def anthropic_image_url(source: Any, param: str | None = None) -> str:
+    """The URL of an Anthropic ``image`` block's ``source`` (base64 → a data URL; url as is).
+
+    Raises:
+        OpenAIError: 400 for a missing or unsupported source.
+    """
+    if isinstance(source, dict):
+        if source.get("type") == "base64" and isinstance(source.get("data"), str):
+            return f"data:{source.get('media_type') or 'image/png'};base64,{source['data']}"
+        if source.get("type") == "url" and isinstance(source.get("url"), str):
+            return source["url"]
+    raise bad_request("An image block needs a `source` of type base64 (with data) or url.", param)

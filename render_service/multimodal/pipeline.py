@@ -1,0 +1,231 @@
+"""From a request's media parts to vLLM's ``features``: load, hash, process (cached), expand.
+
+The flow for one request (all front doors share it):
+
+1. `MultimodalRenderer.load` — the parts in prompt order (`MediaPart`) are checked against the
+   per-prompt limits, fetched concurrently (``data:``, ``file://``, bounded http(s); awaiting a
+   slow URL blocks nothing else), then hashed and processed on the CPU pool (Pillow and NumPy
+   release the GIL). The processor cache, keyed by hash, skips decoding and resizing for an
+   image seen before and answers ``uuid``-only parts.
+2. `MultimodalRenderer.expand` — each placeholder token the chat template wrote (one
+   ``<|image_pad|>`` per image) becomes the item's ``num_tokens`` copies, and ``features`` is
+   built as vLLM 0.33's render sends it: ``{mm_hashes, mm_placeholders, kwargs_data,
+   mm_metadata}`` with ``kwargs_data`` / ``mm_metadata`` null under ``mm_payload: "none"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from ..errors import bad_request
+from .cache import CachedItem, ProcessorCache
+from .decode import DEFAULT_MAX_IMAGE_PIXELS, decode_rgb, read_header
+from .hashing import image_hash
+from .media import MediaBytes, MediaLimits, load_media
+
+MODALITIES = ("image", "video")
+
+
+@dataclass(frozen=True)
+class MediaPart:
+    """One media content part, whatever the front door (chat, Responses, Messages).
+
+    Attributes:
+        modality: ``"image"`` or ``"video"``.
+        url: ``data:``, ``file://`` or ``http(s)://`` URL; None for a ``uuid``-only part.
+        uuid: the client's id for the item; when given it is the item's ``mm_hash``.
+        param: dotted path of the part in the request, for error messages.
+    """
+
+    modality: str
+    url: str | None
+    uuid: str | None = None
+    param: str | None = None
+
+
+@dataclass(frozen=True)
+class MultimodalConfig:
+    """Operator settings (`serve` flags).
+
+    Attributes:
+        model_id: the string vLLM hashes as ``model_id``: the model path the *engine* was
+            started with (``mm_hashes`` only match the engine's for the same string).
+        limits: media loading limits (allow-list, remote fetch, bytes, seconds, redirects).
+        limit_per_prompt: most items per modality in one request (vLLM ``--limit-mm-per-prompt``).
+        max_image_pixels: largest decoded image (vLLM ``VLLM_MAX_IMAGE_PIXELS``).
+        cache_bytes: processor cache capacity (vLLM ``--mm-processor-cache-gb``, default 4 GiB).
+        hash_algorithm: ``blake3`` (vLLM's default), ``sha256`` or ``sha512``.
+    """
+
+    model_id: str
+    limits: MediaLimits = field(default_factory=MediaLimits)
+    limit_per_prompt: dict[str, int] = field(default_factory=lambda: {"image": 32, "video": 4})
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
+    cache_bytes: int = 4 << 30
+    hash_algorithm: str = "blake3"
+
+
+@dataclass(frozen=True)
+class LoadedItem:
+    """A processed item of the request, in prompt order."""
+
+    modality: str
+    mm_hash: str
+    entry: CachedItem
+
+    @property
+    def num_tokens(self) -> int:
+        return self.entry.item.num_tokens
+
+
+class MultimodalRenderer:
+    """Media parts → `LoadedItem` list → expanded ``token_ids`` + ``features``, for one processor.
+
+    Args:
+        processor: a family processor from `render_service.multimodal.processors`.
+        config: operator settings.
+        placeholder_ids: ``{modality: token id}`` of the token the template writes per item.
+        executor: the CPU pool to process on (None = the loop's default executor).
+    """
+
+    def __init__(self, processor: Any, config: MultimodalConfig, placeholder_ids: dict[str, int],
+                 executor: Executor | None = None):
+        self.processor = processor
+        self.config = config
+        self.placeholder_ids = placeholder_ids
+        self.modality_of = {tok: m for m, tok in placeholder_ids.items()}
+        self.cache = ProcessorCache(config.cache_bytes)
+        self.executor = executor
+        self._client: httpx.AsyncClient | None = None
+
+    # ---- loading -------------------------------------------------------------------------
+
+    def _http(self) -> httpx.AsyncClient | None:
+        if not self.config.limits.allow_remote:
+            return None
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self.config.limits.fetch_timeout_s, trust_env=False)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+
+    def check_parts(self, parts: list[MediaPart]) -> None:
+        """400 for an unsupported modality or more items than ``limit_per_prompt`` allows."""
+        counts: dict[str, int] = {}
+        for part in parts:
+            if part.modality not in self.placeholder_ids:
+                raise bad_request(f"This model does not accept {part.modality} inputs.", part.param)
+            counts[part.modality] = counts.get(part.modality, 0) + 1
+        for modality, n in counts.items():
+            limit = self.config.limit_per_prompt.get(modality, 0)
+            if n > limit:
+                raise bad_request(f"At most {limit} {modality}(s) may be provided in one prompt; got {n}.", "messages")
+
+    async def load(self, parts: list[MediaPart]) -> list[LoadedItem]:
+        """Fetch, hash and process every part (concurrently); items in prompt order.
+
+        Raises:
+            OpenAIError: 400 for any bad part (limits, loading, decoding, aspect ratio,
+            a ``uuid``-only part not in the cache).
+        """
+        self.check_parts(parts)
+        index: dict[str, int] = {}
+        tasks: dict[tuple, asyncio.Future] = {}
+        loop = asyncio.get_running_loop()
+        ordered = []
+        for part in parts:
+            i = index[part.modality] = index.get(part.modality, -1) + 1
+            key = (part.modality, part.url, part.uuid)
+            if key not in tasks:   # the same media twice in one request is loaded and processed once
+                tasks[key] = asyncio.ensure_future(self._load_one(part, i, loop))
+            ordered.append(tasks[key])
+        try:
+            return list(await asyncio.gather(*ordered))
+        except BaseException:
+            for task in tasks.values():
+                task.cancel()
+            raise
+
+    async def _load_one(self, part: MediaPart, index: int, loop: asyncio.AbstractEventLoop) -> LoadedItem:
+        if part.url is None:
+            if part.uuid is None:
+                raise bad_request(f"A {part.modality} part needs a URL or a uuid.", part.param)
+            entry = self.cache.get(part.uuid)
+            if entry is None:
+                raise bad_request(f"Cache miss for {part.modality} at index {index} but data is not provided.", part.param)
+            return LoadedItem(part.modality, part.uuid, entry)
+        media = await load_media(part.url, self.config.limits, self._http(), part.param)
+        return await loop.run_in_executor(self.executor, self._process, part, media)
+
+    def _process(self, part: MediaPart, media: MediaBytes) -> LoadedItem:
+        """Hash, then process on a cache miss (runs on the CPU pool)."""
+        if part.modality != "image":
+            raise bad_request(f"{part.modality} inputs are not supported yet.", part.param)
+        header = read_header(media.data, self.config.max_image_pixels, part.param)
+        mm_hash = part.uuid if part.uuid is not None else image_hash(
+            self.config.model_id, media.data, header.io_config, self.config.hash_algorithm)
+        entry = self.cache.get(mm_hash)
+        if entry is None:
+            rgb = decode_rgb(media.data, self.config.max_image_pixels, part.param)
+            entry = CachedItem(self.processor.process_image(rgb, part.param))
+            self.cache.put(mm_hash, entry)
+        return LoadedItem(part.modality, mm_hash, entry)
+
+    # ---- placeholders and features -------------------------------------------------------
+
+    def expand(self, token_ids: list[int], items: list[LoadedItem], mm_payload: str = "tensors") -> tuple[list[int], dict | None]:
+        """Expand each placeholder token to its item's ``num_tokens`` and build ``features``.
+
+        ``token_ids`` is the templated prompt with one placeholder per item (in item order per
+        modality). Returns the expanded ids and ``features`` (None without items).
+
+        Raises:
+            OpenAIError: 400 when the prompt's placeholders do not match the items one to one
+            (e.g. placeholder tokens typed into the text).
+        """
+        if not items:
+            if any(t in self.modality_of for t in token_ids):
+                raise bad_request("The prompt contains media placeholder tokens but no media items.", "messages")
+            return token_ids, None
+        by_modality: dict[str, list[LoadedItem]] = {}
+        for item in items:
+            by_modality.setdefault(item.modality, []).append(item)
+        seen = {m: 0 for m in by_modality}
+        placeholders: dict[str, list[dict]] = {m: [] for m in by_modality}
+        out: list[int] = []
+        for tok in token_ids:
+            modality = self.modality_of.get(tok)
+            if modality is None:
+                out.append(tok)
+                continue
+            k = seen.get(modality, 0)
+            group = by_modality.get(modality, [])
+            if k >= len(group):
+                raise bad_request(f"The prompt has more {modality} placeholders than {modality} items.", "messages")
+            seen[modality] = k + 1
+            n = group[k].num_tokens
+            placeholders[modality].append({"offset": len(out), "length": n})
+            out.extend([tok] * n)
+        for modality, group in by_modality.items():
+            if seen[modality] != len(group):
+                raise bad_request(f"The chat template placed {seen[modality]} {modality} placeholder(s) for "
+                                  f"{len(group)} {modality} item(s).", "messages")
+        features: dict[str, Any] = {
+            "mm_hashes": {m: [i.mm_hash for i in g] for m, g in by_modality.items()},
+            "mm_placeholders": placeholders,
+            "kwargs_data": None,
+            "mm_metadata": None,
+        }
+        if mm_payload == "tensors":
+            encoded = {m: [self.cache.encodings(i.mm_hash, i.entry) for i in g] for m, g in by_modality.items()}
+            features["kwargs_data"] = {m: [kw for kw, _ in e] for m, e in encoded.items()}
+            meta = {m: [md for _, md in e] for m, e in encoded.items() if any(md for _, md in e)}
+            features["mm_metadata"] = meta or None
+        return out, features
