@@ -83,6 +83,8 @@ def parse_header(how: str, header: str) -> tuple[str | None, str | None]:
     id, NAME the name (case 17: whitespace around it is ignored); without ``:IDX`` the
     header is only the name (no id). ``after:SEP``: the text
     after the last SEP is the name (deepseek_v3 ``function<｜tool▁sep｜>NAME``).
+    ``blank``: the header is only blanks between two markers (InternLM
+    ``<|action_start|> <|plugin|>``); the body names the call (see ``ToolStage``).
     """
     text = header.strip()
     if how == "quoted":
@@ -105,8 +107,6 @@ def parse_header(how: str, header: str) -> tuple[str | None, str | None]:
         sep = how[len("after:"):]
         if sep not in text:
             return None, None
-    ``blank``: the header is only blanks between two markers (InternLM
-    ``<|action_start|> <|plugin|>``); the body names the call (see ``ToolStage``).
         text = text.rsplit(sep, 1)[1].strip()
     return (text or None), None
 

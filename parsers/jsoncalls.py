@@ -121,9 +121,9 @@ class JsonCall:
         self.raw = ""          # normalised non-object arguments value
         self.started = False
         self.status = MORE
+        self.in_list = False   # an element of a list of calls (set by JsonList, not state)
 
     # -- plain data -------------------------------------------------------------------
-        self.in_list = False   # an element of a list of calls (set by JsonList, not state)
     def export(self) -> list:
         return [self.strict, self.st, self.sub.export() if self.sub else None, self.slot,
                 self.cur, self.name, self.args, self.pend, self.raw, self.started, self.status]
@@ -190,9 +190,9 @@ class JsonCall:
                 calls.args(rel)
             else:
                 self.pend += rel
+                self._maybe_start(calls)
         elif self.slot != "skip":
             self.cur += rel
-                self._maybe_start(calls)
         if sub.error:
             return self._fail(pos, calls)
         if sub.done:
@@ -216,9 +216,9 @@ class JsonCall:
             self._maybe_start(calls)
         elif slot == "raw":
             self.raw = _normalise_raw_args(self.cur)
+            self._maybe_start(calls)
         self.cur = ""
 
-            self._maybe_start(calls)
     def _in_raw_value(self) -> bool:
         return self.args == "raw" and self.sub is not None and self.slot == "raw"
 
@@ -282,11 +282,11 @@ class JsonCall:
     def finish(self, calls: Calls) -> None:
         if self.sub is not None and self.slot == "name":
             self.sub.end_of_input()
-        if self.started:
-            self._end_args(calls, cut=True)
         if not self.started and self.sub is not None and self.slot == "obj":
             self.pend += self.sub.cut()  # held text of the cut-off arguments counts too
             self._maybe_start(calls)
+        if self.started:
+            self._end_args(calls, cut=True)
             self.status = DONE
         else:
             self.status = ERROR
@@ -315,13 +315,13 @@ class JsonList:
         obj.env = obj._element(JsonCall.load(env, fmt)) if env else None
         return obj
 
-    def feed(self, text: str, pos: int, final: bool, calls: Calls) -> int:
-        n = len(text)
     @staticmethod
     def _element(env: JsonCall) -> JsonCall:
         env.in_list = True
         return env
 
+    def feed(self, text: str, pos: int, final: bool, calls: Calls) -> int:
+        n = len(text)
         while pos < n and self.status == MORE and not calls.boundary:
             if self.env is not None:
                 pos = self.env.feed(text, pos, final, calls)

@@ -196,29 +196,29 @@ class ToolStage:
         i, m = find_marker(buf[pos:], fmt.header_end + fmt.header_peek, final)
         self.header += buf[pos:pos + i]
         self.raw.append(buf[pos:pos + i])
+        if fmt.header == "blank" and self.header.strip(_WS):
+            self._malformed()  # e.g. InternLM's <|action_start|><|interpreter|>: not a call
+            return pos + i
         if m is None:
             self._stop = pos + i
             if len(self.header) > _MAX_HEADER:
                 self._malformed()
                 return pos + i
             return None
-        if fmt.header == "blank" and self.header.strip(_WS):
-            self._malformed()  # e.g. InternLM's <|action_start|><|interpreter|>: not a call
-            return pos + i
         end = pos + i
         if m in fmt.header_end:
             end += len(m)
             self.raw.append(m)
+        if fmt.header == "blank":  # the markers only frame the call; its body names it
+            self.header = ""
+            self._open(fmt.body)
+            return end
         name, call_id = parse_header(fmt.header, self.header)
         if name is None or not self.calls.valid(name):
             self._malformed()
             return end
         self.calls.start(name, call_id)
         self.raw, self.header = [], ""
-        if fmt.header == "blank":  # the markers only frame the call; its body names it
-            self.header = ""
-            self._open(fmt.body)
-            return end
         self._open(fmt.body)
         return end
 
@@ -299,12 +299,6 @@ class ToolStage:
         self.body = None
         self._content(raw)
 
-    def _empty_section(self) -> bool:
-        return self.calls.index == self.sec0 and not self.calls.open
-
-    def _content(self, s: str, filler: str = _WS) -> None:
-        """Content, with blanks (and ``filler``) at the start of a run held: see
-        :func:`parsers.scanner.release_run`."""
     def _section_without_call(self, end: str) -> None:
         """A section that held no call: blank, it is dropped (Kimi K2 writes an empty
         tool-calls section; its markers are not answer text); with text, it was not a
@@ -315,6 +309,12 @@ class ToolStage:
             self._content(raw + end)
         self.raw = []
 
+    def _empty_section(self) -> bool:
+        return self.calls.index == self.sec0 and not self.calls.open
+
+    def _content(self, s: str, filler: str = _WS) -> None:
+        """Content, with blanks (and ``filler``) at the start of a run held: see
+        :func:`parsers.scanner.release_run`."""
         if s:
             s, self.ws, self.said = release_run(self.ws, self.said, s, filler)
             if s:

@@ -25,8 +25,8 @@ from __future__ import annotations
 import json
 
 from .calls import DONE, MORE, Calls
-from .scanner import find_marker
 from .jsonstream import JsonValue
+from .scanner import find_marker
 from .schema import coerce, is_string_only
 
 _MAX_KEY = 256
