@@ -15,7 +15,7 @@ large bodies go to the CPU pool.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Any, Callable
 
 import orjson
 import pydantic
@@ -100,9 +100,7 @@ class PipeEndpoint:
                 raw = orjson.loads(line)
             except orjson.JSONDecodeError:
                 raise bad_request("The first line of a pipe request must be a JSON header object.") from None
-            header = validate(PipeHeader, raw)
-            self.ctx.check_model(header.model)
-            session = PipeSession(self.d, self.kind, header)
+            session = self.open_session(raw)
         except OpenAIError as err:
             return await self._error(send, err)
         except pydantic.ValidationError as exc:  # pragma: no cover - validate() converts these
@@ -121,9 +119,22 @@ class PipeEndpoint:
         out += session.close()
         await send({"type": "http.response.body", "body": out, "more_body": False})
 
-    @staticmethod
-    async def _error(send: Callable, err: OpenAIError) -> None:
-        body = orjson.dumps(err.body())
+    def open_session(self, raw: Any) -> PipeSession:
+        """The session for a parsed header line (subclasses serve other APIs).
+
+        Raises:
+            OpenAIError: 400 for a bad header, 404 for an unknown model.
+        """
+        header = validate(PipeHeader, raw)
+        self.ctx.check_model(header.model)
+        return PipeSession(self.d, self.kind, header)
+
+    def error_body(self, err: OpenAIError) -> dict:
+        """The JSON body of an error answered before the stream starts."""
+        return err.body()
+
+    async def _error(self, send: Callable, err: OpenAIError) -> None:
+        body = orjson.dumps(self.error_body(err))
         await send({"type": "http.response.start", "status": err.status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body, "more_body": False})

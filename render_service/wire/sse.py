@@ -26,6 +26,12 @@ def event(obj: Any) -> bytes:
     return b"data: " + (obj if isinstance(obj, bytes) else orjson.dumps(obj)) + b"\n\n"
 
 
+def named_event(name: str, obj: Any) -> bytes:
+    """``event: <name>`` then one ``data:`` line: the framing of the Responses and
+    Anthropic Messages streams (their events repeat the name as ``type``)."""
+    return b"event: " + name.encode() + b"\n" + event(obj)
+
+
 def comment(text: str) -> bytes:
     """An SSE comment line (ignored by readers), e.g. a reason before ``[DONE]``."""
     return f": {text}\n\n".encode()

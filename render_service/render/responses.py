@@ -25,7 +25,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from render_service.errors import OpenAIError, bad_request
+from ..errors import OpenAIError, bad_request
+from ..http.common import validate
+from ..model import ModelBundle
+from ..config import ServeConfig
+from ..wire.frontdoors import ResponsesRequest
+from ..wire.openai import ChatCompletionRequest
+from .chat import render_chat
+from .request import new_request_id
 
 # Responses fields that mean the same in a chat request.
 _SAME_FIELDS = ("model", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
@@ -34,6 +41,28 @@ _SAME_FIELDS = ("model", "temperature", "top_p", "top_k", "min_p", "repetition_p
                 "include_reasoning", "chat_template_kwargs", "stream", "cache_salt", "priority",
                 "kv_transfer_params", "ec_transfer_params", "vllm_xargs", "structured_outputs")
 OUTPUT_LOGPROBS = "message.output_text.logprobs"
+
+
+def render_responses(bundle: ModelBundle, config: ServeConfig, req: ResponsesRequest) -> dict[str, Any]:
+    """A Responses request → the `GenerateRequest` vLLM 0.33 returns for it: the chat render
+    of the converted conversation in Responses' own envelope — ``request_id`` is the body's
+    (default ``resp_<16 hex>``; vLLM ignores ``X-Request-Id`` here), no ``parse_context`` or
+    ``reasoning_ended``, and ``sampling_params.extra_args`` always present (vLLM passes a dict).
+
+    Raises:
+        OpenAIError: 400 as `responses_to_chat` and the chat front door raise.
+    """
+    chat = validate(ChatCompletionRequest, responses_to_chat(req))
+    gen = render_chat(bundle, config, chat, "")
+    gen["request_id"] = req.request_id or f"resp_{new_request_id()}"
+    gen["parse_context"] = None
+    gen["reasoning_ended"] = None
+    extra = {k: v for k, v in (req.vllm_xargs or {}).items()}
+    params = {k: v for k, v in gen["sampling_params"].items() if k != "extra_args"}
+    at = list(params).index("bad_words") if "bad_words" in params else len(params)
+    items = list(params.items())
+    gen["sampling_params"] = dict(items[:at] + [("extra_args", extra)] + items[at:])
+    return gen
 
 
 def responses_to_chat(req: Any) -> dict[str, Any]:

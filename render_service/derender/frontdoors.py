@@ -25,58 +25,19 @@ One choice per request (these APIs have no ``n``).
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from render_service.derender.assemble import response_id
-from render_service.derender.choice import ChoiceStream, Delta
-from render_service.derender.plan import Plan, chat_plan
-from render_service.derender.service import Derenderer
-from render_service.errors import OpenAIError, bad_request
-from render_service.wire.derender import ChatRequestFields
-from render_service.wire.generate import GenChoice, GenerateResponse
-
-from staging_f.anthropic_in import messages_to_chat
-from staging_f.anthropic_out import AnthropicMessage, AnthropicStream
-from staging_f.responses_in import responses_to_chat
-from staging_f.responses_out import ResponsesStream, response_envelope
-from staging_f.wire_frontdoors import AnthropicMessagesRequest, ResponsesRequest
-
-_LOOSE = ConfigDict(extra="ignore")
-
-
-class _Common(BaseModel):
-    model_config = _LOOSE
-    model: str | None = None
-    prompt_token_ids: list[int] | None = None
-    prompt_tokens: int | None = Field(None, ge=0)
-
-
-class DerenderResponsesRequest(_Common):
-    stream: Literal[False] = False
-    generate_response: GenerateResponse
-    responses_request: ResponsesRequest
-
-
-class DerenderResponsesStreamRequest(_Common):
-    stream: Literal[True]
-    generate_chunk: GenerateResponse
-    stream_state: dict | None = None
-    responses_request: ResponsesRequest
-
-
-class DerenderMessagesRequest(_Common):
-    stream: Literal[False] = False
-    generate_response: GenerateResponse
-    messages_request: AnthropicMessagesRequest
-
-
-class DerenderMessagesStreamRequest(_Common):
-    stream: Literal[True]
-    generate_chunk: GenerateResponse
-    stream_state: dict | None = None
-    messages_request: AnthropicMessagesRequest
+from ..errors import OpenAIError, bad_request
+from ..render.anthropic import messages_to_chat
+from ..render.responses import responses_to_chat
+from ..wire.derender import ChatRequestFields
+from ..wire.generate import GenChoice, GenerateResponse
+from .anthropic import AnthropicMessage, AnthropicStream
+from .assemble import response_id
+from .choice import ChoiceStream, Delta
+from .plan import Plan, chat_plan
+from .responses import ResponsesStream, response_envelope
+from .service import Derenderer
 
 
 class FrontDoorSession:

@@ -30,11 +30,35 @@ import json
 import time
 from typing import Any
 
+from ..config import ServeConfig
+from ..http.common import validate
+from ..model import ModelBundle
+from ..wire.frontdoors import AnthropicMessagesRequest
+from ..wire.openai import ChatCompletionRequest
+from .chat import render_chat
+
 BILLING_HEADER = "x-anthropic-billing-header"
 _PASS_FIELDS = ("model", "temperature", "top_p", "top_k", "cache_salt", "kv_transfer_params", "ec_transfer_params",
                 "vllm_xargs", "chat_template_kwargs")
 # Block types that carry images, in a request or inside a tool_result.
 IMAGE_BLOCK = "image"
+
+
+def render_messages(bundle: ModelBundle, config: ServeConfig, req: AnthropicMessagesRequest,
+                    request_id: str) -> dict[str, Any]:
+    """An Anthropic Messages request → the `GenerateRequest` (``chatcmpl-<request_id>``, as
+    vLLM's messages render names it). ``thinking.budget_tokens`` becomes
+    ``sampling_params.thinking_token_budget`` (vLLM's place for it).
+
+    Raises:
+        OpenAIError: 400 as the chat front door raises.
+    """
+    body = messages_to_chat(req)
+    budget = body.pop("thinking_token_budget", None)
+    gen = render_chat(bundle, config, validate(ChatCompletionRequest, body), request_id)
+    if budget is not None:
+        gen["sampling_params"]["thinking_token_budget"] = budget
+    return gen
 
 
 def messages_to_chat(req: Any, disabled_thinking_effort: str = "none") -> dict[str, Any]:

@@ -14,6 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..errors import OpenAIError
+from .generate import GenerateResponse
+
 
 class _Lenient(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -226,3 +229,84 @@ class AnthropicMessagesRequest(_Lenient):
                 and self.thinking.budget_tokens >= self.max_tokens:
             raise ValueError("thinking.budget_tokens must be less than max_tokens")
         return self
+
+
+# -- derender bodies (our routes; modelled on the chat derender, wire brief §1.6) ----------
+
+_LOOSE = ConfigDict(extra="ignore")
+
+
+class _DerenderCommon(BaseModel):
+    model_config = _LOOSE
+    model: str | None = None
+    prompt_token_ids: list[int] | None = None
+    prompt_tokens: int | None = Field(None, ge=0)
+
+
+class DerenderResponsesRequest(_DerenderCommon):
+    stream: Literal[False] = False
+    generate_response: GenerateResponse
+    responses_request: ResponsesRequest
+
+
+class DerenderResponsesStreamRequest(_DerenderCommon):
+    stream: Literal[True]
+    generate_chunk: GenerateResponse
+    stream_state: dict | None = None
+    responses_request: ResponsesRequest
+
+
+class DerenderMessagesRequest(_DerenderCommon):
+    stream: Literal[False] = False
+    generate_response: GenerateResponse
+    messages_request: AnthropicMessagesRequest
+
+
+class DerenderMessagesStreamRequest(_DerenderCommon):
+    stream: Literal[True]
+    generate_chunk: GenerateResponse
+    stream_state: dict | None = None
+    messages_request: AnthropicMessagesRequest
+
+
+
+class FrontDoorPipeHeader(BaseModel):
+    """First line of ``POST /v1/{responses,messages}/derender/pipe``."""
+
+    model_config = _LOOSE
+    model: str | None = None
+    prompt_token_ids: list[int] | None = None
+    prompt_tokens: int | None = Field(None, ge=0)
+    responses_request: ResponsesRequest | None = None
+    messages_request: AnthropicMessagesRequest | None = None
+
+
+# -- errors in each API's shape -------------------------------------------------------
+
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                    503: "overloaded_error", 529: "overloaded_error"}
+
+
+def anthropic_error_type(status: int) -> str:
+    """Anthropic's ``error.type`` for an HTTP status (other 4xx: ``invalid_request_error``,
+    5xx: ``api_error``)."""
+    return _ANTHROPIC_TYPES.get(status, "invalid_request_error" if 400 <= status < 500 else "api_error")
+
+
+def anthropic_error_body(err: OpenAIError) -> dict:
+    """``{"type": "error", "error": {"type", "message"}}``."""
+    return {"type": "error", "error": {"type": anthropic_error_type(err.status), "message": err.message}}
+
+
+def error_body(kind: str, err: OpenAIError) -> dict:
+    """The non-streaming error body of front door ``kind`` (``messages`` → Anthropic's)."""
+    return anthropic_error_body(err) if kind == "messages" else err.body()
+
+
+def stream_error_event(kind: str, err: OpenAIError, sequence_number: int = 0) -> dict:
+    """The last event of a failed stream, in the API's shape."""
+    if kind == "messages":
+        return anthropic_error_body(err)
+    return {"type": "error", "code": err.type, "message": err.message, "param": err.param,
+            "sequence_number": sequence_number}

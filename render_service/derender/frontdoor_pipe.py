@@ -1,0 +1,95 @@
+"""Pipe mode for the Responses and Messages back doors: engine SSE bytes in, the API's own
+SSE out (``event: <type>\\ndata: {…}\\n\\n``), state held by the connection. Sans-IO.
+
+Request body of ``POST /v1/responses/derender/pipe`` / ``/v1/messages/derender/pipe``: one
+JSON header line ``{"model"?, "prompt_token_ids", "prompt_tokens"?, "responses_request" |
+"messages_request"}``, then the tokens-only engine's SSE stream as it arrives, in any split
+(the chat pipe's contract, `render_service.derender.pipe`). Neither API ends its stream
+with ``[DONE]``. An engine error event, a derender failure, or input that ends before the
+engine's ``[DONE]`` becomes the API's ``error`` event and ends the stream.
+"""
+
+from __future__ import annotations
+
+import orjson
+import pydantic
+
+from ..errors import OpenAIError, bad_request
+from ..wire import sse
+from ..wire.frontdoors import FrontDoorPipeHeader, stream_error_event
+from ..wire.generate import GenerateResponse
+from .frontdoors import FrontDoorSession
+from .service import Derenderer
+
+
+def _events(events: list[dict]) -> bytes:
+    return b"".join(sse.named_event(ev["type"], ev) for ev in events)
+
+
+class FrontDoorPipe:
+    """One piped stream for ``kind`` ``"responses"`` / ``"messages"``.
+
+    Raises:
+        OpenAIError: 400 for a header without the API's request.
+    """
+
+    def __init__(self, d: Derenderer, kind: str, header: FrontDoorPipeHeader) -> None:
+        request = header.responses_request if kind == "responses" else header.messages_request
+        if request is None:
+            raise bad_request(f"The pipe header needs `{kind}_request`.", f"{kind}_request")
+        d.check_prompt(header.prompt_token_ids, "prompt_token_ids")
+        self.kind = kind
+        self.session = FrontDoorSession(d, kind, request, header.prompt_token_ids,
+                                        model=d.model_name(header.model or request.model),
+                                        prompt_tokens=header.prompt_tokens)
+        self.finished = False
+        self._reader = sse.SSEReader()
+
+    def feed(self, data: bytes) -> bytes:
+        """Engine SSE bytes in (any split); the API's SSE bytes out (possibly empty)."""
+        if self.finished:
+            return b""
+        try:
+            payloads = self._reader.feed(data)
+        except sse.SSEError as exc:
+            return self._fail(bad_request(f"An engine {exc}."))
+        out = []
+        for payload in payloads:
+            out.append(self._dispatch(payload))
+            if self.finished:
+                break
+        return b"".join(out)
+
+    def close(self) -> bytes:
+        """End of the request body."""
+        if self.finished:
+            return b""
+        out = b"".join(self._dispatch(p) for p in self._reader.close()) if not self.finished else b""
+        if self.finished:
+            return out
+        return out + self._fail(OpenAIError(502, "The engine stream ended without `data: [DONE]`."))
+
+    def _dispatch(self, payload: bytes) -> bytes:
+        if sse.is_done(payload):
+            self.finished = True
+            return _events(self.session.finish("abort"))
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return self._fail(bad_request("An engine SSE event is not JSON."))
+        if isinstance(obj, dict) and "error" in obj:
+            err = obj["error"] if isinstance(obj["error"], dict) else {"message": str(obj["error"])}
+            return self._fail(OpenAIError(502, str(err.get("message", "engine error"))))
+        try:
+            events = self.session.step(GenerateResponse.model_validate(obj))
+        except pydantic.ValidationError as exc:
+            return self._fail(bad_request(f"An engine SSE event is not a generate chunk: {exc.errors(include_url=False)[0]['msg']}"))
+        except OpenAIError as exc:
+            return self._fail(exc)
+        return _events(events)
+
+    def _fail(self, err: OpenAIError) -> bytes:
+        self.finished = True
+        fd = self.session.fd
+        seq = fd.seq if fd is not None and hasattr(fd, "seq") else 0
+        return _events([stream_error_event(self.kind, err, seq)])
