@@ -28,10 +28,13 @@ state)`` continues exactly where the exported parser was.
   a bare JSON object, which is N's arguments.
 
 Malformed output never raises. A call opens only once its name is known and valid
-(one of ``tools`` when tools were given); until then its raw text is held and given back
-as content if it turns out not to be a call. An opened call cut off by the end of the
-output, or whose JSON breaks, is closed with the minimal closers (``"``, ``}``, ``]``), so
-arguments are always valid JSON; text after the break is content.
+(one of ``tools`` when tools were given; in a JSON list any name, as vLLM reports it) and,
+for JSON envelopes, its arguments got past their opening brace; until then its raw text
+is held and given back as content if it turns out not to be a call. Arguments are never
+completed by invention (issue 15): an opened call cut off by the end of the output keeps
+the text written so far and ends with ``ToolCallEnd(complete=False)`` (OpenAI's
+``finish_reason: "length"`` behaviour); one whose JSON breaks keeps the text before the
+break, and the text after it is content. Complete calls have JSON-object arguments.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ and MSG (a message body up to
   on one field are joined with ``\\n``.
 
 With tool extraction off (``tool_choice: none`` or no tool parser) or an unknown function
-name, a call's body is content. A cut-off call is closed with minimal closers.
+name, a call's body is content. A cut-off call keeps its partial arguments (``complete=False``).
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 Theory of operation. A model writes a JSON value (usually the arguments object of a tool
 call) a few characters at a time. We want to stream it to the client *as written*, but
-the concatenation of what we stream must always be the prefix of valid JSON that we can
-close by appending nothing but ``"``, ``}`` and ``]`` — so that a call cut off by the end
-of the stream can be closed without inventing anything but closers (case 10: never emit
-characters a partial-JSON completer made up, never re-send text).
+the concatenation of what we stream must always be the prefix of valid JSON (one that
+nothing but ``"``, ``}`` and ``]`` would close: ``repair()``) — never characters a
+partial-JSON completer made up, never re-sent text (case 10). A call cut off keeps that
+prefix as its arguments (``cut()``): nothing is invented to close it (issue 15).
 
 The scanner is a pushdown automaton over characters. ``stack`` holds the open containers,
 ``mode`` says what is expected next. After each character it knows whether the text seen

@@ -28,8 +28,8 @@ Malformed output never raises and never loses text: until a call has *started*
 character since the call marker — or since the section marker, while the section has no
 call yet — is kept in ``raw`` and goes back to content if the call turns out malformed
 (the section is then abandoned: its end marker will be plain content too). After the
-start, text cannot be retracted: the body closes the arguments with the minimal closers
-and the rest of the text is content again.
+start, text cannot be retracted: the call ends not complete, its arguments the text
+written before the break (no closers made up), and the rest of the text is content again.
 """
 
 from __future__ import annotations

@@ -16,8 +16,10 @@ Values are raw text, typed by the tool's JSON schema (:mod:`parsers.schema`):
 
 Values end at the first end marker: there is no escaping layer in these formats, so a
 literal ``</parameter>`` inside a value cannot be told apart (case 12 notes). A brace in a
-value is just a character (case 15a). A call cut off by the end of output is closed: the
-open value is finished and ``}`` written (case 15c), so arguments are always valid JSON.
+value is just a character (case 15a). A call cut off by the end of output is not complete:
+cut inside a value, the arguments end with the value's partial text (no closing quote or
+brace invented, issue 15); cut between parameters, the object of whole values is closed
+(case 15c).
 """
 
 from __future__ import annotations
