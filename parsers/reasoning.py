@@ -1,6 +1,7 @@
 """Reasoning formats as data, and the one machine that splits reasoning from content.
 
-Theory of operation. Four states::
+Theory of operation. Four states (:class:`State`); the markers each state looks for and
+where they lead are the table :data:`TRANSITIONS`::
 
     PRE  --start tag-->  IN  --end tag / tool start-->  DONE
     OPEN --start tag (absorbed) / first real text--> IN
@@ -17,6 +18,12 @@ Theory of operation. Four states::
   (``tool_ends``: kimi_k2 only) — that marker is content, handed to the tool stage.
 * ``DONE``: everything is content, no scanning.
 
+The rules that do not fit the table sit beside it in :meth:`ReasoningStage.feed`: in OPEN,
+real text before any marker moves to IN (there is no tag to absorb); the text before a
+marker is content in PRE, reasoning in IN, and in OPEN (only blanks) dropped unless an end
+tag follows; a tool marker is content, handed to the tool stage; a tool marker ends OPEN
+or IN only for families with ``tool_ends``.
+
 Markers are found with :mod:`parsers.scanner`, so a tag split across feeds (case 26) is
 held, never leaked. Rows follow the vLLM 0.33 brief §5.4.
 """
@@ -24,10 +31,31 @@ held, never leaked. Rows follow the vLLM 0.33 brief §5.4.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from .scanner import find_marker
 
-PRE, OPEN, IN, DONE = "pre", "open", "in", "done"
+
+class State(StrEnum):
+    """Where the reasoning machine is; the values are the codes exported states carry."""
+
+    PRE = "pre"      # content; an opening tag starts reasoning
+    OPEN = "open"    # reasoning; an opening tag before any real text is absorbed
+    IN = "in"        # reasoning until the first end tag
+    DONE = "done"    # all content, no scanning
+
+
+PRE, OPEN, IN, DONE = State.PRE, State.OPEN, State.IN, State.DONE
+
+# marker kinds: the row's opening tags, its end tags, the tool parser's call-start markers
+START, END, TOOL = "start", "end", "tool"
+
+# state -> marker kind -> next state (a kind missing from a row is not looked for there)
+TRANSITIONS: dict[State, dict[str, State]] = {
+    PRE: {START: IN, TOOL: DONE},
+    OPEN: {START: IN, END: DONE, TOOL: DONE},
+    IN: {END: DONE, TOOL: DONE},
+}
 
 THINK = ("<think>",), ("</think>",)
 
@@ -172,10 +200,24 @@ class ReasoningStage:
         self.prefix = fmt.content_prefix or ""
 
     def export(self) -> dict:
-        return {"st": self.st, "buf": self.buf, "ws": self.ws, "prefix": self.prefix}
+        return {"st": self.st.value, "buf": self.buf, "ws": self.ws, "prefix": self.prefix}
 
     def load(self, data: dict) -> None:
-        self.st, self.buf, self.ws, self.prefix = data["st"], data["buf"], data["ws"], data["prefix"]
+        self.st, self.buf, self.ws, self.prefix = State(data["st"]), data["buf"], data["ws"], data["prefix"]
+
+    def _markers(self, st: State) -> dict[str, str]:
+        """``{marker: kind}`` that state ``st`` looks for (an end tag wins over an equal
+        opening tag, an opening tag over an equal tool marker)."""
+        row = TRANSITIONS[st]
+        fmt = self.fmt
+        found: dict[str, str] = {}
+        if TOOL in row and (st == PRE or fmt.tool_ends):
+            found.update(dict.fromkeys(self.tool_markers, TOOL))
+        if START in row:
+            found.update(dict.fromkeys(fmt.start, START))
+        if END in row:
+            found.update(dict.fromkeys(fmt.end, END))
+        return found
 
     def feed(self, text: str, final: bool = False) -> list[tuple[bool, str]]:
         out: list[tuple[bool, str]] = []
@@ -187,17 +229,10 @@ class ReasoningStage:
                 out.append((False, text))
             return out
         buf, pos = self.buf + text, 0
-        fmt = self.fmt
-        ends_by_tool = self.tool_markers if fmt.tool_ends else ()
         while self.st != DONE:
             st = self.st
-            if st == PRE:
-                markers = fmt.start + self.tool_markers
-            elif st == OPEN:
-                markers = fmt.start + fmt.end + ends_by_tool
-            else:
-                markers = fmt.end + ends_by_tool
-            i, m = find_marker(buf[pos:], markers, final)
+            kinds = self._markers(st)
+            i, m = find_marker(buf[pos:], tuple(kinds), final)
             before = buf[pos:pos + i]
             if st == OPEN and before.strip():
                 self.st = IN  # real reasoning text came first: no opening tag to absorb
@@ -209,19 +244,15 @@ class ReasoningStage:
                 pos += i
                 break
             pos += i + len(m)
-            if st != PRE and m in fmt.end:
-                self._emit(out, True, before)
+            kind = kinds[m]
+            # the text before the marker: content in PRE, reasoning in IN; in OPEN only
+            # blanks, kept as reasoning before an end tag and dropped otherwise
+            if st != OPEN or kind == END:
+                self._emit(out, st != PRE, before)
+            self.st = TRANSITIONS[st][kind]
+            if self.st == DONE:
                 self.ws = ""
-                self.st = DONE
-            elif m in fmt.start and st != IN:
-                if st == PRE:  # blanks before an absorbed opening tag (OPEN) are dropped
-                    self._emit(out, False, before)
-                self.st = IN
-            else:  # a tool-call start marker: reasoning (if any) is over, the marker is content
-                if st != OPEN:  # (in OPEN, ``before`` is only blanks: not worth a reasoning field)
-                    self._emit(out, st == IN, before)
-                self.ws = ""
-                self.st = DONE
+            if kind == TOOL:  # reasoning (if any) is over; the marker is the tool stage's
                 out.append((False, m))
         if self.st == DONE:
             rest, self.buf = buf[pos:], ""
