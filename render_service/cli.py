@@ -127,6 +127,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-body-bytes", type=_positive, default=32 * 1024 * 1024, help="larger bodies get 413")
     p.add_argument("--max-logprobs", type=int, default=20, help="top logprobs allowed per token (-1: no limit)")
     p.add_argument("--uvicorn-log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    add_connection_arguments(p)
     p.set_defaults(func=run_serve)
 
 
@@ -164,13 +165,31 @@ def run_serve(args: argparse.Namespace) -> int:
         "serving %s (context %d tokens) on http://%s:%d", bundle.model_name, bundle.max_model_len,
         config.host, config.port,
     )
+    connection = connection_options(args)
     if config.workers > 1:
         os.environ["RENDER_SERVICE_CONFIG"] = json.dumps(config.__dict__, default=list)
         uvicorn.run("render_service.server:app_from_env", factory=True, host=config.host, port=config.port,
-                    workers=config.workers, log_level=args.uvicorn_log_level)
+                    workers=config.workers, log_level=args.uvicorn_log_level, **connection)
     else:
-        uvicorn.run(app, host=config.host, port=config.port, log_level=args.uvicorn_log_level)
+        uvicorn.run(app, host=config.host, port=config.port, log_level=args.uvicorn_log_level, **connection)
     return 0
+
+
+def add_connection_arguments(p: argparse.ArgumentParser) -> None:
+    """Connection hygiene flags shared by ``serve`` and ``drive`` (see `render_service.http.connections`)."""
+    p.add_argument("--timeout-keep-alive", type=_positive, default=5,
+                   help="seconds a connection may go without a complete request head (after accept or a response) "
+                        "before it is closed")
+    p.add_argument("--max-connections", type=_positive, default=1024,
+                   help="open connections per worker process; past it a new connection gets 503 and is closed")
+    p.add_argument("--graceful-shutdown-timeout", type=_positive, default=30,
+                   help="seconds to drain in-flight requests after SIGTERM before they are cut")
+
+
+def connection_options(args: argparse.Namespace) -> dict:
+    """uvicorn keyword arguments for the connection flags."""
+    return {"http": "render_service.http.connections:HardenedH11Protocol", "timeout_keep_alive": args.timeout_keep_alive,
+            "limit_concurrency": args.max_connections, "timeout_graceful_shutdown": args.graceful_shutdown_timeout}
 
 
 def _subcommand_module(name: str):

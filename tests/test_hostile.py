@@ -1,0 +1,134 @@
+"""Hostile input and overload (issue 14): one test per class of attack, each able to fail
+before its fix. Real servers on loopback; no assertion depends on the machine being idle
+(waits are generous upper bounds on events that otherwise never happen).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from typing import Iterator
+
+import httpx
+import pytest
+
+from tests.conftest import free_port
+
+
+@contextlib.contextmanager
+def spawned_serve(*flags: str) -> Iterator[str]:
+    """`render-service serve` (embedded SmolLM2) as a child process; yields its URL."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "render_service.cli", "serve", "--port", str(port),
+                             "--uvicorn-log-level", "warning", *flags],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("server did not start: " + proc.stderr.read().decode()[-2000:])
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _closed_within(sock: socket.socket, seconds: float, trickle: bytes = b"") -> bool:
+    """True when the server closes ``sock`` within ``seconds`` (sending ``trickle`` a byte a second)."""
+    sock.settimeout(1.0)
+    deadline = time.monotonic() + seconds
+    sent = 0
+    while time.monotonic() < deadline:
+        try:
+            if sent < len(trickle):
+                sock.sendall(trickle[sent:sent + 1])
+                sent += 1
+            if sock.recv(4096) == b"":
+                return True
+        except socket.timeout:
+            continue
+        except OSError:
+            return True
+    return False
+
+
+# -- 3. connections: idle and slow-header sockets, a connection cap, TCP_NODELAY ----------
+
+@pytest.fixture(scope="module")
+def tight_server() -> Iterator[str]:
+    with spawned_serve("--timeout-keep-alive", "1", "--max-connections", "8") as url:
+        yield url
+
+
+def _connect(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=5)
+
+
+def test_idle_connection_is_closed(tight_server):
+    with _connect(tight_server) as sock:
+        assert _closed_within(sock, 20), "a socket that never sends a byte stays open"
+
+
+def test_slow_header_connection_is_closed(tight_server):
+    with _connect(tight_server) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        assert _closed_within(sock, 20, trickle=b"X-Slow: " + b"a" * 40), "trickled headers keep the socket open"
+
+
+def test_connections_past_the_cap_get_503_and_others_still_served(tight_server):
+    held = [_connect(tight_server) for _ in range(12)]
+    try:
+        extra = held[-1]
+        extra.settimeout(10)
+        answer = extra.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 503") and b"retry-after" in answer.lower()
+    finally:
+        for s in held:
+            s.close()
+    assert httpx.get(tight_server + "/health", timeout=10).status_code == 200
+
+
+def test_every_accepted_socket_gets_tcp_nodelay():
+    """uvicorn --workers N hands workers a socket made without proto=IPPROTO_TCP, and asyncio
+    then never sets TCP_NODELAY (~40 ms per response). The protocol sets it itself."""
+    import asyncio
+
+    from uvicorn.config import Config
+    from uvicorn.server import ServerState
+
+    from render_service.http.connections import HardenedH11Protocol
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # proto 0, as uvicorn's bind_socket
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    client = socket.create_connection(listener.getsockname())
+    accepted, _ = listener.accept()
+    assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 0
+
+    async def main() -> None:
+        config = Config(app=lambda *a: None, timeout_keep_alive=1)
+        config.load()
+        transport, _ = await asyncio.get_running_loop().connect_accepted_socket(
+            lambda: HardenedH11Protocol(config=config, server_state=ServerState(), app_state={}), sock=accepted)
+        assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+        transport.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        client.close()
+        listener.close()
