@@ -33,10 +33,69 @@ def effective_tool_choice(tool_choice: str | dict | None, tools: list | None) ->
     return "auto" if tools else "none"
 
 
+def named_tool(tool_choice: str | dict | None) -> str | None:
+    """The function name a ``{"type": "function", "function": {"name": N}}`` choice names, else None."""
+    if not isinstance(tool_choice, dict):
+        return None
+    function = tool_choice.get("function")
+    name = function.get("name") if isinstance(function, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def check_tools(tools: list | None) -> None:
+    """``tools``: null, or a non-empty list of ``{"type": "function", "function": {name, parameters}}``.
+
+    Raises:
+        ValueError: naming the first bad entry.
+    """
+    if tools is not None and not tools:
+        raise ValueError("tools must not be an empty list; omit it instead")
+    for i, tool in enumerate(tools or []):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or tool.get("type", "function") != "function":
+            raise ValueError(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}")
+        if not isinstance(function.get("name"), str) or not function["name"]:
+            raise ValueError(f"tools[{i}].function.name must be a non-empty string")
+        if function.get("parameters") is not None and not isinstance(function["parameters"], dict):
+            raise ValueError(f"tools[{i}].function.parameters must be a JSON Schema object")
+
+
+def check_tool_choice(tool_choice: str | dict | None, tools: list | None, *, requires_tools: bool = True) -> None:
+    """``tool_choice`` is ``none``/``auto``/``required`` or names a function in ``tools``;
+    with ``requires_tools`` (a client request) anything but ``none`` needs tools.
+
+    Raises:
+        ValueError: what is wrong, for a 400 naming ``tool_choice``.
+    """
+    if tool_choice is None:
+        return
+    if requires_tools and tool_choice != "none" and not tools:
+        raise ValueError("tool_choice requires tools")
+    if isinstance(tool_choice, dict):
+        name = named_tool(tool_choice)
+        names = {(t.get("function") or {}).get("name") for t in tools or [] if isinstance(t, dict)}
+        if name is None or name not in names:
+            raise ValueError(f"tool_choice names a function ({name!r}) that is not in tools")
+    elif tool_choice not in ("none", "auto", "required"):
+        raise ValueError(f"tool_choice must be none, auto, required or a function object, not {tool_choice!r}")
+
+
 def parser_active(config: ServeConfig, tool_choice: str | dict) -> bool:
     """A parser will read this request's output: a reasoning parser, or a tool parser with
     a ``tool_choice`` other than ``none``."""
     return bool(config.reasoning_parser) or (tool_parser_active(config) and tool_choice != "none")
+
+
+def tool_parser_for(config: ServeConfig, tool_choice: str | dict, tools: list | None) -> str | None:
+    """The tool parser that reads this request's output, or None: the server's
+    ``--tool-call-parser`` when the request has tools and either names a function, says
+    ``required``, or says ``auto`` on a server started with ``--enable-auto-tool-choice``."""
+    if not tools or config.tool_call_parser is None:
+        return None
+    if isinstance(tool_choice, dict) or tool_choice == "required" or (
+            tool_choice == "auto" and config.enable_auto_tool_choice):
+        return config.tool_call_parser
+    return None
 
 
 def skip_special_tokens(requested: bool | None, parser_active: bool, default: bool = True) -> bool:

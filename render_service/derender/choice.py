@@ -242,8 +242,12 @@ class ChoiceStream:
                           starts_in_reasoning=self.starts_in_reasoning, chat_template_kwargs=p.chat_template_kwargs)
 
     def _starts_in_reasoning(self, prompt_ids: list[int] | None) -> bool:
+        """Render's answer from ``parse_context`` when it sent one; else (vLLM-shaped
+        requests) judged from the decoded tail of the prompt ids."""
         if not self.plan.reasoning:
             return False
+        if self.plan.starts_in_reasoning is not None:
+            return self.plan.starts_in_reasoning
         tail = (prompt_ids or [])[-PROMPT_SCAN_IDS:]
         text = self._tok.decode(tail, skip_special_tokens=False) if tail else ""
         return prompt_starts_in_reasoning(self.plan.reasoning, text, self.plan.chat_template_kwargs)

@@ -13,7 +13,8 @@ from typing import Any
 
 from ..config import ServeConfig
 from ..errors import bad_request
-from ..policy import parser_configured, skip_special_tokens
+from .. import policy
+from ..policy import skip_special_tokens
 from ..wire.derender import ChatRequestFields, ParseContext
 from ..wire.generate import SamplingParams
 from ..wire.openai import stop_list
@@ -47,6 +48,7 @@ class Plan:
     include_reasoning: bool = True
     parallel_tool_calls: bool = True
     named_tool: bool = False
+    starts_in_reasoning: bool | None = None    # from render's parse_context; None: judge from the prompt ids
     top_logprobs: int | None = None
     return_token_ids: bool = False
 
@@ -79,29 +81,23 @@ def chat_plan(bundle: Any, config: ServeConfig, chat: ChatRequestFields | None, 
         OpenAIError: 400 for a missing parse source, a named tool not in ``tools``, bad stops.
     """
     src: ChatRequestFields | ParseContext | None = chat if chat is not None else ctx
-    if parser_configured(config) and src is None:
+    if policy.parser_configured(config) and src is None:
         raise bad_request("This server runs a reasoning/tool-call parser: send `chat_request` "
                           "(or the slim `parse_context` from render) with every derender call.",
                           param="chat_request")
     tools = (src.tools if src is not None else None) or None
-    tool_choice = src.tool_choice if src is not None and src.tool_choice is not None else ("auto" if tools else "none")
-    named = isinstance(tool_choice, dict)
-    if named:
-        name = (tool_choice.get("function") or {}).get("name")
-        if not tools or name not in {(t.get("function") or {}).get("name") for t in tools}:
-            raise bad_request(f"tool_choice names {name!r}, which is not among `tools`.", param="tool_choice")
-    elif tool_choice not in ("none", "auto", "required"):
-        raise bad_request(f"Unknown tool_choice {tool_choice!r}.", param="tool_choice")
-    if ctx is not None and chat is None:
-        kwargs = dict(ctx.chat_template_kwargs or {})
+    tool_choice = policy.effective_tool_choice(src.tool_choice if src is not None else None, tools)
+    try:
+        policy.check_tool_choice(tool_choice, tools, requires_tools=False)
+    except ValueError as exc:
+        raise bad_request(f"{exc}.", param="tool_choice") from None
+    if chat is not None:
+        kwargs = policy.template_kwargs(config, chat.chat_template_kwargs or {}, chat.reasoning_effort)
     else:
-        kwargs = {**config.default_chat_template_kwargs, **((chat.chat_template_kwargs if chat else None) or {})}
+        kwargs = dict((ctx.chat_template_kwargs if ctx is not None else None) or {})
 
-    tool_parser = config.tool_call_parser
-    keep_tools = bool(tools) and tool_parser is not None and (
-        named or tool_choice == "required" or (tool_choice == "auto" and config.enable_auto_tool_choice))
     reasoning = config.reasoning_parser
-    tool = tool_parser if keep_tools else None
+    tool = policy.tool_parser_for(config, tool_choice, tools)
     has_parser = src is not None and (reasoning is not None or tool is not None)
 
     s = chat if chat is not None else sampling
@@ -120,7 +116,8 @@ def chat_plan(bundle: Any, config: ServeConfig, chat: ChatRequestFields | None, 
         chat_template_kwargs=kwargs,
         include_reasoning=src.include_reasoning if src is not None else True,
         parallel_tool_calls=src.parallel_tool_calls is not False if src is not None else True,
-        named_tool=named,
+        named_tool=isinstance(tool_choice, dict),
+        starts_in_reasoning=ctx.starts_in_reasoning if chat is None and ctx is not None else None,
         top_logprobs=top,
         return_token_ids=bool(chat.return_token_ids) if chat is not None else False,
     )

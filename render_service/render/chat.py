@@ -17,6 +17,7 @@ from ..errors import bad_request
 from ..model import ModelBundle
 from ..model.templates import TemplateRenderError, compile_template
 from ..wire.openai import ChatCompletionRequest
+from .media import MediaInput
 from .messages import history_tool_call_count, prepare_messages
 from .request import check_logprobs, generate_request, refuse_beam_search, resolve_max_tokens, sampling_params, truncate
 
@@ -25,8 +26,12 @@ from .request import check_logprobs, generate_request, refuse_beam_search, resol
 _PROMPT_TAIL_CHARS = 256
 
 
-def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionRequest, request_id: str) -> dict[str, Any]:
+def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionRequest, request_id: str,
+                media: MediaInput | None = None) -> dict[str, Any]:
     """Render a chat request.
+
+    ``media`` holds the request's processed image/video parts (`render.media.load_media_input`);
+    each placeholder the template writes for one is expanded and ``features`` filled as vLLM does.
 
     Returns:
         The `GenerateRequest` dict (``request_id`` = ``chatcmpl-<request_id>``).
@@ -42,12 +47,15 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
 
     template, kwargs = _template_and_kwargs(bundle, config, req)
     reused = _reused_prompt_ids(bundle, req)
+    features = None
     if reused is not None:
         # Decode leg of the coupled P/D path (wire brief §6.2): prefill already rendered.
         token_ids = reused
         text = bundle.tokenizer.decode(reused[-64:], skip_special_tokens=False)
     else:
-        text, token_ids = _render_and_encode(bundle, config, req, template, kwargs, tool_choice)
+        text, token_ids = _render_and_encode(bundle, config, req, template, kwargs, tool_choice, media is not None)
+        if media is not None:
+            token_ids, features = media.expand(token_ids)
     token_ids = truncate(token_ids, req.truncate_prompt_tokens, bundle.max_model_len)
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
@@ -64,13 +72,13 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
         "add_generation_prompt": req.add_generation_prompt,
         "continue_final_message": req.continue_final_message,
     }
-    reasoning_ended = None
+    reasoning_ended = starts_in_reasoning = None
+    if reasoning_active:
+        tail = text[-_PROMPT_TAIL_CHARS:]
+        reasoning_ended = parsers_api.prompt_ends_reasoning(config.reasoning_parser, tail, effective_kwargs)
+        starts_in_reasoning = parsers_api.prompt_starts_in_reasoning(config.reasoning_parser, tail, effective_kwargs)
     if not req.include_reasoning:
         reasoning_ended = True
-    elif reasoning_active:
-        reasoning_ended = parsers_api.prompt_ends_reasoning(
-            config.reasoning_parser, text[-_PROMPT_TAIL_CHARS:], effective_kwargs
-        )
 
     parse_context = {
         "tools": req.tools,
@@ -80,6 +88,8 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
         "chat_template_kwargs": effective_kwargs,
         "history_tool_call_cnt": history_tool_call_count(req.messages),
     }
+    if starts_in_reasoning is not None:  # an extension derender reads instead of decoding the prompt
+        parse_context["starts_in_reasoning"] = starts_in_reasoning
     return generate_request(
         req,
         request_id=f"chatcmpl-{request_id}",
@@ -88,14 +98,16 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
         reasoning_ended=reasoning_ended,
         reasoning_parser_kwargs={"chat_template_kwargs": effective_kwargs} if reasoning_active else None,
         parse_context=parse_context,
+        features=features,
     )
 
 
 def _render_and_encode(
-    bundle: ModelBundle, config: ServeConfig, req: ChatCompletionRequest, template, kwargs: dict, tool_choice
+    bundle: ModelBundle, config: ServeConfig, req: ChatCompletionRequest, template, kwargs: dict, tool_choice,
+    media: bool = False,
 ) -> tuple[str, list[int]]:
     """Apply the chat template and tokenize: ``(prompt_text, token_ids)``."""
-    messages = prepare_messages(req.messages, template)
+    messages = prepare_messages(req.messages, template, media=media)
     tools, documents = req.tools, req.documents
     if tools is not None and tool_choice == "none" and config.exclude_tools_when_tool_choice_none:
         tools = None

@@ -25,6 +25,7 @@ class ChatRequestFields(BaseModel):
     parallel_tool_calls: bool | None = True
     include_reasoning: bool = True
     chat_template_kwargs: dict | None = None
+    reasoning_effort: str | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
@@ -48,6 +49,9 @@ class ParseContext(BaseModel):
     include_reasoning: bool = True
     chat_template_kwargs: dict | None = None
     history_tool_call_cnt: int | None = None
+    # An extension: render's judgement from the prompt text, so derender need not decode
+    # prompt ids to find out whether generation starts inside reasoning.
+    starts_in_reasoning: bool | None = None
 
 
 class _DerenderCommon(BaseModel):

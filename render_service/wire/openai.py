@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
 
+from .. import policy
+
 
 
 class _Lenient(BaseModel):
@@ -23,6 +25,18 @@ class StreamOptions(_Lenient):
 
     include_usage: bool | None = False
     continuous_usage_stats: bool | None = False
+
+
+class RepetitionDetection(_Lenient):
+    """``repetition_detection``: stop on repeated N-gram patterns (vLLM 0.33)."""
+
+    max_pattern_size: NonNegativeInt = 0
+    min_pattern_size: NonNegativeInt = 0
+    min_count: NonNegativeInt = 0
+
+    def model_dump(self, **kwargs):  # only the three fields vLLM sends on
+        return {"max_pattern_size": self.max_pattern_size, "min_pattern_size": self.min_pattern_size,
+                "min_count": self.min_count}
 
 
 class SamplingFields(_Lenient):
@@ -62,6 +76,14 @@ class SamplingFields(_Lenient):
     use_beam_search: bool = False
     response_format: dict[str, Any] | None = None
     structured_outputs: dict[str, Any] | None = None
+    logprob_token_ids: list[NonNegativeInt] | None = None
+    thinking_token_budget: int | None = Field(default=None, ge=-1)
+    repetition_detection: RepetitionDetection | None = None
+    stream_interval: int | None = Field(default=None, ge=1)
+    routed_experts_prompt_start: NonNegativeInt = 0
+    truncation_side: Literal["left", "right"] | None = None
+    return_token_offsets: bool = False
+    watermarking: Any = None
 
     @model_validator(mode="after")
     def _stop_strings(self) -> "SamplingFields":
@@ -79,6 +101,10 @@ class SamplingFields(_Lenient):
             raise ValueError("stop strings must not be empty")
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options can only be set when stream is true")
+        kinds = [k for k in ("json", "regex", "choice") if (self.structured_outputs or {}).get(k) is not None]
+        if len(kinds) > 1:
+            raise ValueError("You can only use one kind of constraints for structured outputs ('json', 'regex' or "
+                             "'choice').")
         if self.cache_salt is not None and (
             not self.cache_salt or len(self.cache_salt) > 128 or any(c in self.cache_salt for c in "@/\\\0")
         ):
@@ -105,27 +131,19 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=0, ge=-1)
     prompt_logprobs: int | None = Field(default=None, ge=-1)
+    echo: bool = False
 
     @model_validator(mode="after")
     def _consistency(self) -> "ChatCompletionRequest":
-        if self.tools is not None and not self.tools:
-            raise ValueError("tools must not be an empty list; omit it instead")
-        if self.tool_choice is not None and self.tool_choice != "none" and not self.tools:
-            raise ValueError("tool_choice requires tools")
-        for i, tool in enumerate(self.tools or []):
-            function = tool.get("function")
-            if tool.get("type", "function") != "function" or not isinstance(function, dict):
-                raise ValueError(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}")
-            if not isinstance(function.get("name"), str) or not function["name"]:
-                raise ValueError(f"tools[{i}].function.name must be a non-empty string")
-            if function.get("parameters") is not None and not isinstance(function["parameters"], dict):
-                raise ValueError(f"tools[{i}].function.parameters must be a JSON Schema object")
-        if isinstance(self.tool_choice, dict):
-            function = self.tool_choice.get("function")
-            name = function.get("name") if isinstance(function, dict) else None
-            names = {(t.get("function") or {}).get("name") for t in self.tools or []}
-            if not isinstance(name, str) or name not in names:
-                raise ValueError(f"tool_choice names a function ({name!r}) that is not in tools")
+        policy.check_tools(self.tools)
+        policy.check_tool_choice(self.tool_choice, self.tools)
+        if policy.named_tool(self.tool_choice) is not None and any(
+                (self.structured_outputs or {}).get(k) is not None for k in ("json", "regex", "choice")):
+            raise ValueError("You can only either use constraints for structured outputs or tools, not both.")
+        if self.logprob_token_ids is not None and not self.logprobs:
+            raise ValueError("when using `logprob_token_ids`, `logprobs` must be set to true.")
+        if self.stream and self.prompt_logprobs is not None and (self.prompt_logprobs > 0 or self.prompt_logprobs == -1):
+            raise ValueError("`prompt_logprobs` are not available when `stream=True`.")
         if self.continue_final_message and self.add_generation_prompt:
             raise ValueError("continue_final_message and add_generation_prompt cannot both be true")
         if self.top_logprobs and not self.logprobs:
