@@ -47,6 +47,7 @@ from .detect import detect_parsers
 from .events import Content, Event, Reasoning, ToolCallArguments, ToolCallEnd, ToolCallStart
 from .formats import ToolFormat
 from .harmony import HarmonyStage
+from .response_template import ResponseTemplate, ResponseTemplateStage, template_starts_in_reasoning
 from .reasoning import ReasoningStage, rules_out_reasoning, starts_open
 from .registry import reasoning_parser_names, tool_parser_names
 from .schema import tool_names
@@ -67,7 +68,9 @@ class ParserSpec:
     and schema typing. ``tool_choice``: ``"none" | "auto" | "required" |
     {"type": "function", "function": {"name": N}}``. ``starts_in_reasoning``: from
     :func:`prompt_starts_in_reasoning`. ``chat_template_kwargs``: effective template kwargs
-    (``enable_thinking``, ``thinking`` …).
+    (``enable_thinking``, ``thinking`` …). ``response_template``: the checkpoint's
+    ``tokenizer_config.json`` ``response_template`` dict, required by the ``hf``/``beam``
+    parsers (:mod:`parsers.response_template`).
     """
 
     reasoning: str | None = None
@@ -76,6 +79,7 @@ class ParserSpec:
     tool_choice: str | dict = "auto"
     starts_in_reasoning: bool = False
     chat_template_kwargs: dict = field(default_factory=dict)
+    response_template: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -132,6 +136,12 @@ class OutputParser:
         self.finished = False
         if registry.HARMONY in (rfmt, tfmt):
             self.stage = HarmonyStage(self.calls, tfmt == registry.HARMONY and choice != "none")
+            return
+        if registry.RESPONSE_TEMPLATE in (rfmt, tfmt):
+            self.stage = ResponseTemplateStage(
+                _response_template(spec.response_template), self.calls,
+                tfmt == registry.RESPONSE_TEMPLATE and choice != "none", spec.starts_in_reasoning,
+                reasoning=rfmt == registry.RESPONSE_TEMPLATE)
             return
         if choice == "none" or (tfmt is None and choice == "auto"):
             self.stage = PassThrough(self.calls)
@@ -225,6 +235,13 @@ def merge_events(events: list[Event]) -> list[Event]:
     return out
 
 
+def _response_template(data: dict | None) -> ResponseTemplate:
+    if data is None:
+        raise ValueError("the hf/beam parsers need the checkpoint's response_template "
+                         "(tokenizer_config.json); this model has none")
+    return ResponseTemplate.from_dict(data)
+
+
 def create_parser(spec: ParserSpec) -> OutputParser:
     """New parser for one choice. Raises ``ValueError`` for unknown parser names or a bad
     ``tool_choice``."""
@@ -232,7 +249,8 @@ def create_parser(spec: ParserSpec) -> OutputParser:
 
 
 def prompt_starts_in_reasoning(reasoning: str | None, prompt_text: str,
-                               chat_template_kwargs: dict | None = None) -> bool:
+                               chat_template_kwargs: dict | None = None,
+                               response_template: dict | None = None) -> bool:
     """Does generation start inside reasoning, judged from the rendered prompt's tail?
 
     Open think tag in the last turn ⇒ True (case 23: Qwen3-2507 templates pre-open
@@ -241,13 +259,16 @@ def prompt_starts_in_reasoning(reasoning: str | None, prompt_text: str,
     the kwargs: True for deepseek_r1 / minimax_m2 (models that may omit the opening tag),
     for deepseek_v3 only when ``thinking`` is true, False for families whose models write
     ``<think>`` themselves (qwen3, glm45, kimi_k2; case 27 then routes text before the tag
-    to content). Harmony and no reasoning parser ⇒ False.
+    to content). Harmony and no reasoning parser ⇒ False. ``hf``/``beam``: the prompt's
+    assistant turn (after the template's start anchor) leaves the ``thinking`` region open.
     """
     if not reasoning:
         return False
     fmt = registry.reasoning_format(reasoning)
     if fmt == registry.HARMONY:
         return False
+    if fmt == registry.RESPONSE_TEMPLATE:
+        return template_starts_in_reasoning(_response_template(response_template), prompt_text)
     return starts_open(fmt, prompt_text, chat_template_kwargs or {})
 
 
@@ -263,7 +284,7 @@ def prompt_ends_reasoning(reasoning: str | None, prompt_text: str,
     if not reasoning:
         return False
     fmt = registry.reasoning_format(reasoning)
-    if fmt == registry.HARMONY:
+    if fmt in (registry.HARMONY, registry.RESPONSE_TEMPLATE):
         return False
     return rules_out_reasoning(fmt, prompt_text, chat_template_kwargs or {})
 

@@ -41,11 +41,20 @@ _REASONING_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 
 
-def detect_parsers(chat_template: str | None) -> tuple[str | None, str | None]:
+def detect_parsers(chat_template: str | None,
+                   response_template: dict | None = None) -> tuple[str | None, str | None]:
     """``(reasoning parser name | None, tool parser name | None)`` for a chat template.
 
-    Pure string inspection; ``None`` where nothing matches (e.g. Gemma, Phi-3.5).
+    Pure string inspection; ``None`` where nothing matches (e.g. Gemma, Phi-3.5). A
+    checkpoint that ships ``response_template`` metadata (``tokenizer_config.json``) is
+    parsed by it (``hf``, :mod:`parsers.response_template`) for each field it declares
+    (``thinking`` → reasoning, ``tool_calls`` → tools), whatever the chat template says.
     """
+    if isinstance(response_template, dict) and isinstance(response_template.get("fields"), dict):
+        fields = response_template["fields"]
+        found = ("hf" if "thinking" in fields else None, "hf" if "tool_calls" in fields else None)
+        if found != (None, None):
+            return found
     if not chat_template:
         return None, None
 

@@ -8,6 +8,8 @@ reads these rows is :mod:`parsers.tools`; Harmony (gpt-oss) has its own machine 
 
 from __future__ import annotations
 
+import html
+import re
 from dataclasses import dataclass
 
 
@@ -28,6 +30,11 @@ class XmlDialect:
     value_begin: str = ""
     quoted_key: bool = False     # minimax: name="KEY" / name='KEY' / name=KEY
     trim_newline: bool = True    # drop one leading and one trailing newline of a value
+    # (attribute, value): an attribute after the quoted key that types the value itself —
+    # equal to ``value`` ⇒ a verbatim string, any other value ⇒ JSON text (a string if it
+    # does not parse); absent ⇒ the tool's schema decides. DSML ``string="true"``,
+    # Kimi K3 ``type="string"``.
+    string_attr: tuple[str, str] = ()
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,13 @@ class ToolFormat:
     * ``list_after_begin``: ``[`` right after ``call_begin`` opens a JSON list (mistral
       before v11) instead of a header.
     * ``strict``: envelopes need ``name`` and ``arguments``/``parameters`` (llama3_json).
+    * ``name_keys``/``arg_keys``: envelope keys holding the name / the arguments
+      (Cohere ``tool_name``, Inkling ``args``); empty means the defaults of
+      :class:`parsers.jsoncalls.JsonCall`.
+    * ``drop``: framing markers of content blocks (Cohere ``<|START_RESPONSE|>``, Kimi K3
+      ``<|open|>response<|sep|>``); they are removed from content, never shown.
+    * ``quote``: string delimiter of a key:value call body (Gemma 4 ``<|"|>``,
+      FunctionGemma ``<escape>``; see :mod:`parsers.gemmacalls`).
     """
 
     name: str
@@ -64,6 +78,10 @@ class ToolFormat:
     list_after_begin: bool = False
     strict: bool = False
     xml: XmlDialect | None = None
+    name_keys: tuple[str, ...] = ()
+    arg_keys: tuple[str, ...] = ()
+    drop: tuple[str, ...] = ()
+    quote: str = ""
     families: str = ""           # human-readable model families (for SUPPORTED.md)
 
     @property
@@ -83,11 +101,22 @@ def parse_header(how: str, header: str) -> tuple[str | None, str | None]:
     id, NAME the name (case 17: whitespace around it is ignored); without ``:IDX`` the
     header is only the name (no id). ``after:SEP``: the text
     after the last SEP is the name (deepseek_v3 ``function<｜tool▁sep｜>NAME``).
+    ``between:A<TAB>B``: the text between A and B (PLaMo 3 ``<|plamo:begin_tool_name:plamo|>``).
+    ``attr:NAME``: the value of attribute NAME, XML-unescaped (Kimi K3 ``call tool="f"``).
     ``blank``: the header is only blanks between two markers (InternLM
     ``<|action_start|> <|plugin|>``); the body names the call (see ``ToolStage``).
     """
     text = header.strip()
-    if how == "quoted":
+    if how.startswith("between:"):
+        begin, end = how[len("between:"):].split("\t", 1)
+        i, j = text.find(begin), text.rfind(end)
+        if i < 0 or j < i + len(begin):
+            return None, None
+        text = text[i + len(begin):j].strip()
+    elif how.startswith("attr:"):
+        value = attributes(text).get(how[len("attr:"):])
+        return (value.strip() or None) if value is not None else None, None
+    elif how == "quoted":
         if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
             text = text[1:-1].strip()
     elif how == "kimi":
@@ -109,6 +138,15 @@ def parse_header(how: str, header: str) -> tuple[str | None, str | None]:
             return None, None
         text = text.rsplit(sep, 1)[1].strip()
     return (text or None), None
+
+
+_ATTR = re.compile(r"""([\w:-]+)\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))""")
+
+
+def attributes(text: str) -> dict[str, str]:
+    """``tool="f" index="1"`` -> ``{"tool": "f", "index": "1"}`` (values XML-unescaped)."""
+    return {m.group(1): html.unescape(next(g for g in m.groups()[1:] if g is not None))
+            for m in _ATTR.finditer(text)}
 
 
 _DS_SECTION = ("<｜tool▁calls▁begin｜>",), ("<｜tool▁calls▁end｜>",)
@@ -182,10 +220,138 @@ FORMATS: dict[str, ToolFormat] = {f.name: f for f in (
                families="Llama 4 (pythonic)"),
 )}
 
+_DSML = "｜DSML｜"
+
+
+def _dsml(name: str, begins: tuple[str, ...], end: str, sp: str = "", families: str = "") -> ToolFormat:
+    """DeepSeek's DSML calls: ``<｜DSML｜invoke name="f"><｜DSML｜parameter name="k"
+    string="true|false">V</｜DSML｜parameter></｜DSML｜invoke>`` inside a wrapper; ``sp`` is
+    the space V4.1 writes after the DSML bar."""
+    tag = f"<{_DSML}{sp}"
+    return ToolFormat(name, "xml", call_begin=(f"{tag}invoke name=",), section_begin=begins,
+                      section_end=(end,), call_begin_in_text=True, header_end=(">",),
+                      header="quoted",
+                      xml=XmlDialect(key_begin=f"{tag}parameter name=", key_end=">",
+                                     value_end=f"</{_DSML}{sp}parameter>",
+                                     call_end=(f"</{_DSML}{sp}invoke>",), call_end_peek=(end,),
+                                     quoted_key=True, trim_newline=False,
+                                     string_attr=("string", "true")),
+                      families=families)
+
+
+def _attr_xml(prefix: str, param: str, invoke: str, peek: tuple[str, ...] = ()) -> XmlDialect:
+    """``<{prefix}{param} name="K">V</{prefix}{param}>`` parameters closed by ``</{prefix}{invoke}>``."""
+    return XmlDialect(key_begin=f"<{prefix}{param} name=", key_end=">",
+                      value_end=f"</{prefix}{param}>", call_end=(f"</{prefix}{invoke}>",),
+                      call_end_peek=peek, quoted_key=True, trim_newline=False)
+
+
+def _arg_key_xml(t: str, end: str) -> XmlDialect:
+    """GLM-style ``<arg_key>K</arg_key><arg_value>V</arg_value>`` with tag spelling ``t``
+    (``arg_key`` → ``<{t}arg_key>``); anything between key and value (K2 Horizon's
+    ``<ifm|arg_type>``) is skipped: the tool's schema types the value."""
+    return XmlDialect(key_begin=f"<{t}arg_key>", key_end=f"</{t}arg_key>",
+                      value_begin=f"<{t}arg_value>", value_end=f"</{t}arg_value>",
+                      call_end=(end,), trim_newline=False)
+
+
+_PLAMO = "<|plamo:{}:plamo|>".format
+_COHERE_BLOCKS = ("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>")
+_MM3 = "]<]minimax[>["
+
+# Families added for vLLM 0.33's remaining names (``tests/fixtures/vllm/parser_names.json``).
+FORMATS.update({f.name: f for f in (
+    _dsml("deepseek_v32", (f"<{_DSML}function_calls>",), f"</{_DSML}function_calls>",
+          families="DeepSeek V3.2 (DSML)"),
+    _dsml("deepseek_v4", (f"<{_DSML}tool_calls>", f"<{_DSML}toolcalls>", f"<{_DSML}tool>"),
+          f"</{_DSML}tool_calls>", families="DeepSeek V4 (DSML)"),
+    _dsml("deepseek_v41", (f"<{_DSML} calls>",), f"</{_DSML} calls>", sp=" ",
+          families="DeepSeek V4.1 (spaced DSML)"),
+    ToolFormat("kimi_k3", "xml", call_begin=("<|open|>call ",),
+               section_begin=("<|open|>tools<|sep|>",), section_end=("<|close|>tools<|sep|>",),
+               header_end=("<|sep|>",), header="attr:tool",
+               xml=XmlDialect(key_begin="<|open|>argument key=", key_end="<|sep|>",
+                              value_end="<|close|>argument<|sep|>", call_end=("<|close|>call<|sep|>",),
+                              call_end_peek=("<|close|>tools<|sep|>",), quoted_key=True,
+                              trim_newline=False, string_attr=("type", "string")),
+               drop=("<|open|>response<|sep|>", "<|close|>response<|sep|>"),
+               families="Kimi K3 (XTML channels)"),
+    ToolFormat("dots", "xml", call_begin=("<invoke name=",),
+               section_begin=("<dots_function_call>",), section_end=("</dots_function_call>",),
+               header_end=(">",), header="quoted",
+               xml=_attr_xml("", "parameter", "invoke", ("</dots_function_call>",)),
+               families="dots.llm"),
+    ToolFormat("minicpm5", "xml", call_begin=("<function name=",), header_end=(">",),
+               header="quoted", xml=_attr_xml("", "param", "function"), families="MiniCPM 5"),
+    ToolFormat("muse", "xml", call_begin=("<atem:invoke name=",),
+               section_begin=("<atem:function_calls>",), section_end=("</atem:function_calls>",),
+               header_end=(">",), header="quoted",
+               xml=_attr_xml("atem:", "parameter", "invoke", ("</atem:function_calls>",)),
+               drop=("<|start|>assistant to=user<|message|>", "<|start|>assistant to=commentary<|message|>",
+                     "<|eom|>", "<|eot|>"),
+               families="Muse Spark, Muse Glimmer (ATEM calls)"),
+    ToolFormat("step3", "xml", call_begin=("<｜tool_call_begin｜>",),
+               section_begin=("<｜tool_calls_begin｜>",), section_end=("<｜tool_calls_end｜>",),
+               header_end=('">',), header='after:name="', call_end=("<｜tool_call_end｜>",),
+               xml=_attr_xml("steptml:", "parameter", "invoke"), families="Step-3 (steptml)"),
+    ToolFormat("hy_v3", "xml", call_begin=("<tool_call>",), section_begin=("<tool_calls>",),
+               section_end=("</tool_calls>",), header_end=("<tool_sep>",),
+               xml=_arg_key_xml("", "</tool_call>"), families="Hunyuan (HY) V3 / V4 (unsuffixed tokens)"),
+    ToolFormat("k2_horizon", "xml", call_begin=("<ifm|tool_call>",),
+               section_begin=("<ifm|tool_calls>",), section_end=("</ifm|tool_calls>",),
+               header_peek=("<ifm|arg_key>", "</ifm|tool_call>"),
+               xml=_arg_key_xml("ifm|", "</ifm|tool_call>"), families="K2 Horizon (IFM XML)"),
+    ToolFormat("mimo", "xml", call_begin=("<function=",), section_begin=("<tool_call>",),
+               section_end=("</tool_call>",), call_begin_in_text=True, header_end=(">",),
+               xml=XmlDialect(key_begin="<parameter=", key_end=">", value_end="</parameter>",
+                              call_end=("</function>",), call_end_peek=("</tool_call>",),
+                              trim_newline=False),
+               families="MiMo (Qwen3 XML, values verbatim)"),
+    ToolFormat("ernie45", "envelope", call_begin=("<tool_call>",), call_end=("</tool_call>",),
+               families="ERNIE 4.5"),
+    ToolFormat("gigachat3", "envelope", call_begin=("<|function_call|>", "function call<|role_sep|>\n"),
+               families="GigaChat 3"),
+    ToolFormat("inkling", "envelope", call_begin=("<|content_invoke_tool_json|>",),
+               call_end=("<|end_message|>",), arg_keys=("args",),
+               drop=("<|message_model|>", "<|content_text|>", "<|end_message|>",
+                     "<|content_model_end_sampling|>"),
+               families="Inkling (typed content blocks)"),
+    ToolFormat("cohere_command4", "list", call_begin=("<|START_ACTION|>",), call_end=("<|END_ACTION|>",),
+               name_keys=("tool_name",), arg_keys=("parameters",), drop=_COHERE_BLOCKS,
+               families="Command A (Command 4)"),
+    ToolFormat("cohere_command3", "list", call_begin=("<|START_ACTION|>",), call_end=("<|END_ACTION|>",),
+               name_keys=("tool_name",), arg_keys=("parameters",), drop=_COHERE_BLOCKS,
+               families="Command R7B / Command R+ 08-2024 (Command 3)"),
+    ToolFormat("plamo3", "args", call_begin=(_PLAMO("begin_tool_request"),),
+               section_begin=(_PLAMO("begin_tool_requests"),), section_end=(_PLAMO("end_tool_requests"),),
+               header_end=(_PLAMO("begin_tool_arguments") + "<|plamo:constrain|>json<|plamo:msg|>",),
+               header=f"between:{_PLAMO('begin_tool_name')}\t{_PLAMO('end_tool_name')}",
+               call_end=(_PLAMO("end_tool_arguments") + _PLAMO("end_tool_request"),
+                         _PLAMO("end_tool_arguments")),
+               families="PLaMo 3"),
+    ToolFormat("gemma4", "gemma", call_begin=("<|tool_call>",), header_end=("{",), header="after:call:",
+               call_end=("<tool_call|>",), quote='<|"|>', families="Gemma 4"),
+    ToolFormat("functiongemma", "gemma", call_begin=("<start_function_call>",), header_end=("{",),
+               header="after:call:", call_end=("<end_function_call>",), quote="<escape>",
+               families="FunctionGemma"),
+    ToolFormat("apertus", "keyed", call_begin=("<|tools_prefix|>",), call_end=("<|tools_suffix|>",),
+               families="Apertus"),
+    ToolFormat("olmo3", "pylines", call_begin=("<function_calls>",), call_end=("</function_calls>",),
+               families="OLMo 3"),
+    ToolFormat("minimax_m3", "nested_xml", call_begin=(f"{_MM3}<invoke name=",),
+               section_begin=(f"{_MM3}<tool_call>",), section_end=(f"{_MM3}</tool_call>",),
+               header_end=(">",), header="quoted", families="MiniMax M3"),
+    ToolFormat("lfm2", "pythonic", call_begin=("<|tool_call_start|>",), call_end=("<|tool_call_end|>",),
+               families="LFM2 / LFM2.5"),
+)})
+
 # Harmony is handled by its own machine; it is listed so the registry knows the name.
 HARMONY_TOOL_NAMES = ("openai",)
 
 ALIASES = {"qwen3_xml": "qwen3_coder", "qwen3_json": "hermes", "glm47": "glm45",
-           "llama4_json": "llama3_json"}
+           "llama4_json": "llama3_json",
+           # same markers as the target (vLLM 0.33 maps these to the same grammar)
+           "step3p5": "qwen3_coder", "step5": "qwen3_coder", "poolside_v1": "glm45", "ling3": "glm45",
+           "muse_glimmer": "muse", "musespark1x": "muse", "hy_v4": "hy_v3"}
 
 __all__ = ["ToolFormat", "XmlDialect", "FORMATS", "ALIASES", "HARMONY_TOOL_NAMES", "parse_header"]

@@ -112,6 +112,8 @@ class JsonCall:
 
     def __init__(self, fmt=None) -> None:
         self.strict = bool(fmt and fmt.strict)
+        self.name_keys = (fmt and fmt.name_keys) or self.NAME_KEYS  # family's keys (Cohere: tool_name)
+        self.arg_keys = (fmt and fmt.arg_keys) or self.ARG_KEYS
         self.st = "{"          # '{' open brace, 'k' first key, 'K' key, ':' colon, 'v' value, ',' after value
         self.sub: JsonValue | None = None
         self.slot = ""         # what the sub-scanner reads: key | name | args | raw | skip
@@ -131,7 +133,7 @@ class JsonCall:
 
     @classmethod
     def load(cls, data: list, fmt=None) -> "JsonCall":
-        obj = cls()
+        obj = cls(fmt)
         (obj.strict, obj.st, sub, obj.slot, obj.cur, obj.name, obj.args, obj.pend, obj.raw,
          obj.started, obj.status) = data
         obj.sub = JsonValue.load(sub) if sub else None
@@ -175,9 +177,9 @@ class JsonCall:
     def _open_value(self, c: str, calls: Calls) -> None:
         key = self.cur
         self.sub, self.cur = JsonValue(), ""
-        if key in self.NAME_KEYS and self.name is None:
+        if key in self.name_keys and self.name is None:
             self.slot = "name"
-        elif key in self.ARG_KEYS and not self.args:
+        elif key in self.arg_keys and not self.args:
             self.args = self.slot = "obj" if c == "{" else "raw"
             self._maybe_start(calls)
         else:

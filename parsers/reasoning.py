@@ -139,10 +139,54 @@ FORMATS: dict[str, ReasoningFormat] = {f.name: f for f in (
                     families="Seed-OSS"),
 )}
 
+_THINK_FLAGS = ("thinking", "enable_thinking")
+
+# Families added for vLLM 0.33's remaining names (``tests/fixtures/vllm/parser_names.json``).
+# ``default_on`` follows where vLLM 0.33's parser starts (in reasoning, or in content).
+FORMATS.update({f.name: f for f in (
+    ReasoningFormat("deepseek_v4", on_kwargs=_THINK_FLAGS, on_by_default=True,
+                    families="DeepSeek V4 (thinking unless turned off)"),
+    ReasoningFormat("deepseek_v41", on_kwargs=_THINK_FLAGS, on_by_default=True,
+                    families="DeepSeek V4.1 (thinking unless turned off)"),
+    ReasoningFormat("poolside_v1", on_kwargs=_THINK_FLAGS, families="Poolside v1 (deepseek_v3 rules)"),
+    ReasoningFormat("cohere_command4", start=("<|START_THINKING|>",), end=("<|END_THINKING|>",),
+                    default_on=False, families="Command A reasoning (Command 4)"),
+    ReasoningFormat("cohere_command3", start=("<|START_THINKING|>",), end=("<|END_THINKING|>",),
+                    default_on=False, families="Command R7B / R+ (Command 3)"),
+    ReasoningFormat("ernie45", families="ERNIE 4.5 thinking"),
+    ReasoningFormat("gemma4", start=("<|channel>thought\n", "<|channel>thought"), end=("<channel|>",),
+                    default_on=False, families="Gemma 4 (thought channel)"),
+    ReasoningFormat("ling3", families="Ling 3 (GLM markers, thinking on by default)"),
+    ReasoningFormat("granite_thinking_parser", trim_trailing=True, families="Granite 4.2 thinking"),
+    ReasoningFormat("hunyuan_a13b", default_on=False, families="Hunyuan-A13B"),
+    ReasoningFormat("hy_v3", on_kwargs=("reasoning_effort",), families="Hunyuan (HY) V3 (reasoning_effort)"),
+    ReasoningFormat("hy_v4", families="Hunyuan (HY) V4 (unsuffixed tokens)"),
+    ReasoningFormat("kimi_k3", start=("<|open|>think<|sep|>",), end=("<|close|>think<|sep|>",),
+                    default_on=False, families="Kimi K3 (XTML think channel)"),
+    ReasoningFormat("k2_horizon", start=("<ifm|think>", "<ifm|think_fast>", "<ifm|think_faster>"),
+                    end=("</ifm|think>", "</ifm|think_fast>", "</ifm|think_faster>"), off_kwargs=(),
+                    families="K2 Horizon (effort-specific tags)"),
+    ReasoningFormat("mimo", families="MiMo (thinking on by default)"),
+    ReasoningFormat("minicpmv", default_on=False, families="MiniCPM-V (thinking off by default)"),
+    ReasoningFormat("minimax_m3", start=("<mm:think>",), end=("</mm:think>",), default_on=False,
+                    families="MiniMax M3"),
+    ReasoningFormat("nemotron_v3", trim_trailing=True, families="Nemotron 3 (Qwen3 markers)"),
+    ReasoningFormat("olmo3", off_kwargs=(), families="OLMo 3 Think"),
+    ReasoningFormat("plamo3", start=("<|plamo:begin_think:plamo|>",), end=("<|plamo:end_think:plamo|>",),
+                    families="PLaMo 3"),
+    ReasoningFormat("muse", start=("<|start|>assistant to=self<|message|>", "to=self<|message|>"),
+                    end=("<|eom|>",), default_on=False, families="Muse Spark / Glimmer (to=self)"),
+    ReasoningFormat("step3", off_kwargs=(), families="Step-3 (end tag only)"),
+    ReasoningFormat("step3p5", off_kwargs=(), trim_trailing=True,
+                    families="Step-3.5 / 3.7 (template always opens <think>)"),
+    ReasoningFormat("inkling", start=("<|content_thinking|>",), end=("<|end_message|>",),
+                    default_on=False, families="Inkling (thinking block)"),
+)})
+
 # Harmony (gpt-oss) reasoning lives in the channels; handled by parsers.harmony.
 HARMONY_REASONING_NAMES = ("openai_gptoss",)
 
-ALIASES = {"glm47": "glm45", "step5": "deepseek_r1"}
+ALIASES = {"glm47": "glm45", "step5": "deepseek_r1", "muse_glimmer": "muse", "musespark1x": "muse"}
 
 
 def _last_turn_block(fmt: ReasoningFormat, prompt_text: str) -> str:

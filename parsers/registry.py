@@ -17,6 +17,10 @@ from . import formats, reasoning
 REASONING_GROUP = "render_service.reasoning_parsers"
 TOOL_GROUP = "render_service.tool_parsers"
 HARMONY = "harmony"   # sentinel: the name is served by parsers.harmony
+RESPONSE_TEMPLATE = "response_template"  # sentinel: served by parsers.response_template
+# vLLM's parsers driven by the checkpoint's ``response_template`` metadata (``beam`` is the
+# same mechanism with Beam's structured-output extras, which do not concern parsing).
+RESPONSE_TEMPLATE_NAMES = ("hf", "beam")
 
 
 def _plugins(group: str) -> dict[str, object]:
@@ -34,19 +38,24 @@ def _plugins(group: str) -> dict[str, object]:
 def reasoning_parser_names() -> list[str]:
     """Every accepted ``--reasoning-parser`` name (built-ins, aliases, plugins), sorted."""
     names = set(reasoning.FORMATS) | set(reasoning.ALIASES) | set(reasoning.HARMONY_REASONING_NAMES)
+    names |= set(RESPONSE_TEMPLATE_NAMES)
     return sorted(names | set(_plugins(REASONING_GROUP)))
 
 
 def tool_parser_names() -> list[str]:
     """Every accepted ``--tool-call-parser`` name (built-ins, aliases, plugins), sorted."""
     names = set(formats.FORMATS) | set(formats.ALIASES) | set(formats.HARMONY_TOOL_NAMES)
+    names |= set(RESPONSE_TEMPLATE_NAMES)
     return sorted(names | set(_plugins(TOOL_GROUP)))
 
 
 def reasoning_format(name: str) -> "reasoning.ReasoningFormat | str":
-    """Row for a reasoning parser name, or :data:`HARMONY`. Raises ``ValueError`` if unknown."""
+    """Row for a reasoning parser name, or :data:`HARMONY` / :data:`RESPONSE_TEMPLATE`.
+    Raises ``ValueError`` if unknown."""
     if name in reasoning.HARMONY_REASONING_NAMES:
         return HARMONY
+    if name in RESPONSE_TEMPLATE_NAMES:
+        return RESPONSE_TEMPLATE
     name = reasoning.ALIASES.get(name, name)
     if name in reasoning.FORMATS:
         return reasoning.FORMATS[name]
@@ -57,9 +66,12 @@ def reasoning_format(name: str) -> "reasoning.ReasoningFormat | str":
 
 
 def tool_format(name: str) -> "formats.ToolFormat | str":
-    """Row for a tool parser name, or :data:`HARMONY`. Raises ``ValueError`` if unknown."""
+    """Row for a tool parser name, or :data:`HARMONY` / :data:`RESPONSE_TEMPLATE`.
+    Raises ``ValueError`` if unknown."""
     if name in formats.HARMONY_TOOL_NAMES:
         return HARMONY
+    if name in RESPONSE_TEMPLATE_NAMES:
+        return RESPONSE_TEMPLATE
     name = formats.ALIASES.get(name, name)
     if name in formats.FORMATS:
         return formats.FORMATS[name]
@@ -70,4 +82,4 @@ def tool_format(name: str) -> "formats.ToolFormat | str":
 
 
 __all__ = ["reasoning_parser_names", "tool_parser_names", "reasoning_format", "tool_format",
-           "REASONING_GROUP", "TOOL_GROUP", "HARMONY"]
+           "REASONING_GROUP", "TOOL_GROUP", "HARMONY", "RESPONSE_TEMPLATE", "RESPONSE_TEMPLATE_NAMES"]

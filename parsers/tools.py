@@ -37,12 +37,16 @@ from __future__ import annotations
 from .calls import ERROR, MORE, Calls
 from .events import Content
 from .formats import ToolFormat, parse_header
+from .gemmacalls import GemmaCall
 from .jsoncalls import JsonArgs, JsonCall, JsonList, JsonSequence
+from .namedcalls import KeyedList, PythonLines
+from .nestedxml import NestedXmlCall
 from .pythonic import PythonCalls
 from .scanner import find_marker, release_run
 from .xmlcalls import XmlCall
 
-BODIES = {cls.kind: cls for cls in (JsonArgs, JsonCall, JsonList, JsonSequence, XmlCall, PythonCalls)}
+BODIES = {cls.kind: cls for cls in (JsonArgs, JsonCall, JsonList, JsonSequence, XmlCall, PythonCalls,
+                                     GemmaCall, KeyedList, PythonLines, NestedXmlCall)}
 
 TEXT, SECTION, HEADER, BODY, AFTER = "text", "section", "header", "body", "after"
 _WS = " \t\n\r"
@@ -136,12 +140,14 @@ class ToolStage:
                 self.raw = []
                 self._open(kind)
                 return j
-        markers = self.fmt.text_markers
+        markers = self.fmt.text_markers + self.fmt.drop
         i, m = find_marker(buf[pos:], markers, final)
         self._content(buf[pos:pos + i])
         if m is None:
             self._stop = pos + i
             return None
+        if m in self.fmt.drop and m not in self.fmt.text_markers:
+            return pos + i + len(m)  # content-block framing: never shown
         self.fresh = False
         if m in self.fmt.section_begin:
             self.ws = ""

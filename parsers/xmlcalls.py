@@ -24,10 +24,12 @@ brace invented, issue 15); cut between parameters, the object of whole values is
 
 from __future__ import annotations
 
+import html
 import json
 
 from .calls import DONE, MORE, Calls
 from .jsonstream import JsonValue
+from .formats import attributes
 from .scanner import find_marker
 from .schema import coerce, is_string_only
 
@@ -89,11 +91,11 @@ class XmlCall:
                         self._cut(calls)
                     return pos + i
                 pos += i + len(m)
-                self.key = self._clean_key(self.key)
+                self.key, typed = self._clean_key(self.key)
                 if d.value_begin:
                     self.st = "preval"
                 else:
-                    self._begin_value(calls)
+                    self._begin_value(calls, typed)
             else:  # value
                 i, m = find_marker(text[pos:], (d.value_end,), final)
                 self._value_text(text[pos:pos + i], calls)
@@ -130,15 +132,18 @@ class XmlCall:
         self.status = DONE
 
     # -- values -----------------------------------------------------------------------
-    def _clean_key(self, key: str) -> str:
+    def _clean_key(self, key: str) -> tuple[str, list[str] | None]:
+        """Key text -> (key, types the key's own attribute gives, or None: the schema decides)."""
         key = key.strip()
+        if self.d.string_attr:
+            return _attr_key(key, self.d.string_attr)
         if self.d.quoted_key and len(key) >= 2 and key[0] == key[-1] and key[0] in "'\"":
             key = key[1:-1]
-        return key
+        return key, None
 
-    def _begin_value(self, calls: Calls) -> None:
+    def _begin_value(self, calls: Calls, typed: list[str] | None = None) -> None:
         self.st, self.lead, self.tail, self.val = "value", True, "", ""
-        types = calls.types(calls.name).get(self.key, [])
+        types = calls.types(calls.name).get(self.key, []) if typed is None else typed
         self.types = None if is_string_only(types) else types
         if self.types is None:
             calls.args(self._prefix() + '"')
@@ -185,6 +190,27 @@ class XmlCall:
         calls.args("}" if self.opened else "{}")
         calls.end()
         self.status = DONE
+
+
+
+
+_ANY_JSON = ["null", "integer", "number", "boolean", "object", "array", "string"]
+
+
+def _attr_key(text: str, string_attr: tuple[str, str]) -> tuple[str, list[str] | None]:
+    """``"city" string="true"`` -> ``("city", ["string"])``: a quoted key followed by the
+    attribute that types its value (DSML, Kimi K3); see ``XmlDialect.string_attr``."""
+    quote = text[:1]
+    if quote in ("'", '"') and quote in text[1:]:
+        end = text.index(quote, 1)
+        key, rest = html.unescape(text[1:end]), text[end + 1:]
+    else:
+        key, _, rest = text.partition(" ")
+    attr, string_value = string_attr
+    value = attributes(rest).get(attr)
+    if value is None:
+        return key, None
+    return key, ["string"] if value == string_value else _ANY_JSON
 
 
 __all__ = ["XmlCall"]

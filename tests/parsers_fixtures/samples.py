@@ -351,3 +351,10 @@ EXPECTED = {
     'qwen3-open-blank': ('\nx\n', '\n\ny', []),
     'qwen3-split-tag': ('abcdef', ' answer', []),
 }
+
+# Families added to reach vLLM 0.33's full registries (issue 15): see families.py.
+from .families import family_samples  # noqa: E402
+
+FAMILY_SAMPLES, FAMILY_EXPECTED = family_samples(spec)
+SAMPLES += FAMILY_SAMPLES
+EXPECTED.update(FAMILY_EXPECTED)

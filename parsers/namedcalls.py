@@ -1,0 +1,132 @@
+"""Call lists whose call names sit inside the body, read whole (see :mod:`parsers.collected`).
+
+* ``keyed`` — Apertus: ``<|tools_prefix|>[{"get_weather": {"city": "Paris"}}, …]<|tools_suffix|>``,
+  a JSON list of one-key objects, the key the function name and its value the arguments
+  (vLLM ``apertus``; Apertus chat template).
+* ``pylines`` — OLMo 3: ``<function_calls>get_weather(city="Paris")\\nsearch(query="x")</function_calls>``,
+  one Python call per line, keyword arguments whose values are Python *or* JSON literals
+  (``None``/``null``, ``True``/``true``) (vLLM ``olmo3``; OLMo 3 chat template).
+
+A call whose name is not one of the request's tools is left out and the others are kept;
+if no call is usable, or the text is not a list of calls, the whole body is content.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+
+from .calls import Calls
+from .collected import Collected
+from .pythonic import call_to_json
+from .scanner import find_marker
+
+_JSON_LITERALS = {"null": "None", "true": "True", "false": "False"}
+
+
+def _write(calls: Calls, found: list[tuple[str, str]]) -> bool:
+    usable = [(name, args) for name, args in found if calls.valid(name)]
+    for name, args in usable:
+        calls.start(name)
+        calls.args(args)
+        calls.end()
+    return bool(usable)
+
+
+class KeyedList(Collected):
+    """``[{"NAME": {arguments}}, …]``: collected up to the list's closing bracket."""
+
+    kind = "keyed"
+    __slots__ = ("depth", "inq", "esc")
+
+    def __init__(self, fmt=None) -> None:
+        super().__init__(fmt)
+        self.depth, self.inq, self.esc = 0, False, False
+
+    def _export_extra(self) -> list:
+        return [self.depth, self.inq, self.esc]
+
+    def _load_extra(self, extra: list) -> None:
+        self.depth, self.inq, self.esc = extra
+
+    def _scan(self, text: str, final: bool) -> tuple[int | None, int]:
+        i = self.mark
+        while i < len(text):
+            c = text[i]
+            i += 1
+            if self.inq:
+                if self.esc:
+                    self.esc = False
+                elif c == "\\":
+                    self.esc = True
+                elif c == '"':
+                    self.inq = False
+            elif c == '"':
+                self.inq = True
+            elif c in "[{":
+                self.depth += 1
+            elif c in "]}":
+                self.depth -= 1
+                if self.depth <= 0:
+                    return i, i
+            elif self.depth == 0 and c not in " \t\r\n":
+                return i, i  # not a list: let _emit refuse it
+        self.mark = i
+        return None, len(text)
+
+    def _emit(self, body: str, calls: Calls, complete: bool) -> bool:
+        try:
+            items = json.loads(body)
+        except ValueError:
+            return False
+        if not isinstance(items, list):
+            return False
+        found = []
+        for item in items:
+            if isinstance(item, dict) and len(item) == 1:
+                (name, args), = item.items()
+                if isinstance(args, dict):
+                    found.append((name, json.dumps(args, ensure_ascii=False)))
+        return _write(calls, found)
+
+
+class PythonLines(Collected):
+    """Newline-separated Python calls, collected up to the family's end marker (not consumed)."""
+
+    kind = "pylines"
+    __slots__ = ()
+
+    def _scan(self, text: str, final: bool) -> tuple[int | None, int]:
+        i, m = find_marker(text[self.mark:], self.fmt.call_end, final)
+        if m is None:
+            self.mark += i  # text before a possible partial marker is body
+            return None, self.mark
+        return self.mark + i, self.mark + i
+
+    def _emit(self, body: str, calls: Calls, complete: bool) -> bool:
+        found = []
+        for line in body.splitlines():
+            if not line.strip():
+                continue
+            parsed = call_to_json(_python_literals(line.strip()))
+            if parsed is None:
+                return False  # a line that is not a call: the block is prose
+            found.append(parsed)
+        return _write(calls, found)
+
+
+def _python_literals(src: str) -> str:
+    """``f(a=null, b=true)`` -> ``f(a=None, b=True)``: JSON literal names outside strings."""
+    try:
+        node = ast.parse(src, mode="eval")
+    except SyntaxError:
+        return src
+    edits = sorted(((n.col_offset, n.end_col_offset, _JSON_LITERALS[n.id]) for n in ast.walk(node)
+                    if isinstance(n, ast.Name) and n.id in _JSON_LITERALS), reverse=True)
+    data = src.encode()
+    for start, end, new in edits:  # col offsets are UTF-8 byte offsets
+        data = data[:start] + new.encode() + data[end:]
+    return data.decode()
+
+
+__all__ = ["KeyedList", "PythonLines"]

@@ -1,0 +1,103 @@
+"""MiniMax M3's nested-element arguments (vLLM ``minimax_m3``; MiniMax M3 chat template).
+
+Every structural tag carries the namespace prefix ``]<]minimax[>[``::
+
+    ]<]minimax[>[<invoke name="create_order">
+    ]<]minimax[>[<user_id>42]<]minimax[>[</user_id>
+    ]<]minimax[>[<items>]<]minimax[>[<item>]<]minimax[>[<sku>b-1]<]minimax[>[</sku>]<]minimax[>[</item>]<]minimax[>[</items>
+    ]<]minimax[>[</invoke>
+
+Each parameter is an element named after the argument; an element holding elements is an
+object, or an array where the tool's schema says so (the template writes list items as
+``<item>``); text is typed by the schema (:func:`parsers.schema.coerce`), a string where
+it says nothing. The framing row's header (``<invoke name="…">``) started the call; this
+body collects up to ``</invoke>`` and writes the arguments once. A parameter cut off by the
+end of output is left out.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .calls import Calls
+from .collected import Collected, close_started
+from .scanner import find_marker
+from .schema import coerce
+
+NS = "]<]minimax[>["
+_END = NS + "</invoke>"
+_MAX_DEPTH = 64
+
+
+class NestedXmlCall(Collected):
+    """Arguments of one MiniMax M3 ``<invoke>``."""
+
+    kind = "nested_xml"
+    __slots__ = ()
+
+    def _scan(self, text: str, final: bool) -> tuple[int | None, int]:
+        i, m = find_marker(text[self.mark:], (_END,), final)
+        if m is None:
+            self.mark += i
+            return None, self.mark
+        return self.mark + i + len(m), self.mark + i + len(m)
+
+    def _emit(self, body: str, calls: Calls, complete: bool) -> bool:
+        if complete:
+            body = body[:-len(_END)]
+        schema = _properties(calls.tools, calls.name)
+        args = {}
+        for name, value in _elements(body, 0, 0)[0]:
+            args[name] = _convert(value, schema.get(name) or {})
+        return close_started(calls, json.dumps(args, ensure_ascii=False))
+
+
+def _elements(text: str, pos: int, depth: int, close: str | None = None):
+    """Child elements from ``pos`` up to ``close`` -> ([(name, str | list)], end, mixed text)."""
+    out: list = []
+    texts: list[str] = []
+    while True:
+        k = text.find(NS, pos)
+        if k < 0:
+            return (out, len(text), None) if close is None else (None, len(text), None)
+        texts.append(text[pos:k])
+        if close is not None and text.startswith(close, k):
+            return out, k + len(close), "".join(texts)
+        if not text.startswith(NS + "<", k) or text.startswith(NS + "</", k) or depth >= _MAX_DEPTH:
+            return (out, k, None) if close is None else (None, k, None)
+        j = text.find(">", k + len(NS) + 1)
+        if j < 0:
+            return (out, len(text), None) if close is None else (None, len(text), None)
+        name = text[k + len(NS) + 1:j].strip()
+        children, pos, inner = _elements(text, j + 1, depth + 1, f"{NS}</{name}>")
+        if children is None:  # unterminated element: keep the parameters before it
+            return (out, pos, None) if close is None else (None, pos, None)
+        out.append((name, children if children else inner))
+
+
+def _properties(tools, name: str) -> dict:
+    for t in tools or ():
+        fn = t.get("function", t) if isinstance(t, dict) else None
+        if isinstance(fn, dict) and fn.get("name") == name:
+            props = (fn.get("parameters") or {}).get("properties")
+            return props if isinstance(props, dict) else {}
+    return {}
+
+
+def _types(schema: dict) -> list[str]:
+    t = schema.get("type")
+    return [t] if isinstance(t, str) else [x for x in t or () if isinstance(x, str)]
+
+
+def _convert(value, schema: dict):
+    types = _types(schema)
+    if isinstance(value, str):
+        return json.loads(coerce(value, types)) if types else value
+    if "array" in types or ("items" in schema and "object" not in types):
+        item = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+        return [_convert(v, item) for _, v in value]
+    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    return {k: _convert(v, props.get(k) or {}) for k, v in value}
+
+
+__all__ = ["NestedXmlCall"]

@@ -1,0 +1,250 @@
+"""Samples for the families added to reach vLLM 0.33's full registries (issue 15, Coverage).
+
+Each text is written the way the family's published chat template / model card renders an
+assistant turn (markers from vLLM 0.33's own parser for that name where no template is
+published). They join :data:`parsers_fixtures.samples.SAMPLES`, so every invariant
+(every chunking, export/restore at every character, every prefix) runs on them too.
+"""
+
+from __future__ import annotations
+
+DSML = "｜DSML｜"
+
+
+def dsml(section: str, *calls: str, sp: str = "") -> str:
+    return f"<{DSML}{sp}{section}>\n" + "".join(calls) + f"</{DSML}{sp}{section}>"
+
+
+def dsml_invoke(name: str, *params: tuple[str, str, str], sp: str = "") -> str:
+    body = "".join(f'<{DSML}{sp}parameter name="{k}" string="{s}">{v}</{DSML}{sp}parameter>\n'
+                   for k, s, v in params)
+    return f'<{DSML}{sp}invoke name="{name}">\n{body}</{DSML}{sp}invoke>\n'
+
+
+PARIS = (("city", "true", "Paris"), ("days", "false", "3"))
+K3_CALL = ('<|open|>call tool="get_weather" index="1"<|sep|>'
+           '<|open|>argument key="city" type="string"<|sep|>Zürich "1"<|close|>argument<|sep|>'
+           '<|open|>argument key="days" type="integer"<|sep|>2<|close|>argument<|sep|><|close|>call<|sep|>')
+MM3 = "]<]minimax[>["
+PLAMO = "<|plamo:{}:plamo|>".format
+PLAMO_ARGS = PLAMO("begin_tool_arguments") + "<|plamo:constrain|>json<|plamo:msg|>"
+
+
+def plamo_call(name: str, args: str) -> str:
+    return (PLAMO("begin_tool_request") + PLAMO("begin_tool_name") + name + PLAMO("end_tool_name")
+            + PLAMO_ARGS + args + PLAMO("end_tool_arguments") + PLAMO("end_tool_request"))
+
+
+RT_QWEN = {"version": 1, "start_anchor": "<|im_start|>assistant\n", "defaults": {"role": "assistant"},
+           "fields": {"thinking": {"open": "<think>", "close": "</think>"},
+                      "tool_calls": {"open": "<tool_call>", "close": "</tool_call>", "content": "json",
+                                     "repeats": True, "transform": {"type": "function", "function": "{content}"}},
+                      "content": {}}}
+RT_PYTHONIC = {"version": 1, "start_anchor": ["<|assistant|>"],
+               "fields": {"tool_calls": {"open": "<|tool_call_start|>", "close": "<|tool_call_end|>",
+                                         "content": "python-call-list", "transform": "{content}"},
+                          "content": {"content_args": {"strip": False}}}}
+
+
+def family_samples(spec) -> tuple[list, dict]:
+    """``(samples, expected)``; ``spec`` is :func:`parsers_fixtures.samples.spec` (passed in,
+    so this module and samples.py do not import each other)."""
+
+    def rt(tool="hf", reasoning="hf", template=RT_QWEN, **kw):
+        s = spec(tool, reasoning, **kw)
+        return type(s)(**{**s.to_dict(), "response_template": template})
+
+    return _samples(spec, rt), FAMILY_EXPECTED
+
+
+def _samples(spec, rt) -> list:
+    return [
+    # DeepSeek DSML: V3.2 function_calls, V4 tool_calls, V4.1 spaced
+    ("dsml-v32", spec("deepseek_v32"), "Let me check.\n\n" + dsml("function_calls", dsml_invoke("get_weather", *PARIS))),
+    ("dsml-v32-two", spec("deepseek_v32"),
+     dsml("function_calls", dsml_invoke("get_weather", *PARIS),
+          dsml_invoke("search", ("query", "true", "a<b>c"), ("filters", "false", '{"k": [1, 2]}'),
+                      ("limit", "false", "not json")))),
+    ("dsml-v4-thinking", spec("deepseek_v4", "deepseek_v4", thinking=True),
+     "Need the weather.</think>\n\n" + dsml("tool_calls", dsml_invoke("get_weather", *PARIS))),
+    ("dsml-v4-no-string-attr", spec("deepseek_v4"),
+     dsml("tool_calls", f'<{DSML}invoke name="get_weather">\n<{DSML}parameter name="days">4</{DSML}parameter>\n'
+                        f'</{DSML}invoke>\n')),
+    ("dsml-v41", spec("deepseek_v41", "deepseek_v41", thinking=False),
+     "Sure." + dsml("calls", dsml_invoke("get_weather", *PARIS, sp=" "), sp=" ")),
+    ("dsml-cut", spec("deepseek_v32"),
+     dsml("function_calls", dsml_invoke("get_weather", *PARIS))[:-60]),
+    ("dsml-unknown", spec("deepseek_v32"), dsml("function_calls", dsml_invoke("rm_rf", *PARIS))),
+    # Kimi K3 (XTML)
+    ("kimi-k3", spec("kimi_k3", "kimi_k3"),
+     "<|open|>think<|sep|>Weather first.<|close|>think<|sep|><|open|>response<|sep|>On it.<|close|>response<|sep|>"
+     "<|open|>tools<|sep|>" + K3_CALL + "<|close|>tools<|sep|>"),
+    ("kimi-k3-escaped-key", spec("kimi_k3", tools=None),
+     '<|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|><|open|>argument key="a&quot;b" type="object"<|sep|>'
+     '{"x": null}<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>'),
+    # <invoke name=…> / <parameter name=…> relatives
+    ("dots", spec("dots"), "Checking.\n<dots_function_call>\n<invoke name=\"get_weather\">\n"
+                           "<parameter name=\"city\">Paris</parameter>\n<parameter name=\"days\">2</parameter>\n"
+                           "</invoke>\n</dots_function_call>"),
+    ("minicpm5", spec("minicpm5"), "<function name=\"search\"><param name=\"query\">x y</param>"
+                                   "<param name=\"limit\">1.5</param></function>"),
+    ("muse", spec("muse", "muse"),
+     "<|start|>assistant to=self<|message|>Look it up.<|eom|><|start|>assistant to=user<|message|>One sec."
+     "<atem:function_calls>\n<atem:invoke name=\"search\">\n<atem:parameter name=\"query\">café</atem:parameter>\n"
+     "</atem:invoke>\n</atem:function_calls><|eom|>"),
+    ("step3", spec("step3", "step3", thinking=True),
+     "Plan.</think>\n<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name=\"get_weather\">"
+     "<steptml:parameter name=\"city\">Paris</steptml:parameter><steptml:parameter name=\"metric\">true"
+     "</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>"),
+    # <arg_key>/<arg_value> relatives
+    ("hy-v3", spec("hy_v3"), "<tool_calls><tool_call>get_weather<tool_sep><arg_key>city</arg_key>"
+                             "<arg_value>Paris</arg_value><arg_key>days</arg_key><arg_value>5</arg_value>"
+                             "</tool_call></tool_calls>"),
+    ("k2-horizon", spec("k2_horizon", "k2_horizon", thinking=True),
+     "think</ifm|think><ifm|tool_calls><ifm|tool_call>search<ifm|arg_key>query</ifm|arg_key>"
+     "<ifm|arg_type>string</ifm|arg_type><ifm|arg_value>q</ifm|arg_value></ifm|tool_call></ifm|tool_calls>"),
+    ("ling3-glm", spec("ling3", "ling3"),
+     "<think>hm</think><tool_call>noop</tool_call>"),
+    ("poolside-glm", spec("poolside_v1", "poolside_v1", thinking=False),
+     "<tool_call>get_weather<arg_key>days</arg_key><arg_value>7</arg_value></tool_call>"),
+    # Qwen3 XML relatives
+    ("mimo", spec("mimo", "mimo", thinking=True),
+     "Think.</think>\n<tool_call>\n<function=search>\n<parameter=query>\nkeep\n</parameter>\n</function>\n</tool_call>"),
+    ("step3p5", spec("step3p5", "step3p5", thinking=True),
+     "Reason.\n</think>\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n"
+     "</function>\n</tool_call>"),
+    ("nemotron-v3-reasoning", spec("hermes", "nemotron_v3", thinking=True), "Reasoning here.\n\n</think>\nAnswer."),
+    # JSON envelopes and lists
+    ("ernie45", spec("ernie45", "ernie45", thinking=True),
+     'Thoughts</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>'),
+    ("gigachat3", spec("gigachat3"), 'I will call it.<|function_call|>{"name": "search", "arguments": {"query": "x"}}'),
+    ("inkling", spec("inkling", "inkling"),
+     "<|message_model|><|content_thinking|>why<|end_message|><|message_model|><|content_text|>Calling.<|end_message|>"
+     '<|message_model|><|content_invoke_tool_json|>{"name": "get_weather", "args": {"city": "Lima"}}<|end_message|>'),
+    ("cohere4", spec("cohere_command4", "cohere_command4"),
+     "<|START_THINKING|>Use the tool.<|END_THINKING|><|START_RESPONSE|>Sure.<|END_RESPONSE|><|START_ACTION|>[\n"
+     '    {"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris"}},\n'
+     '    {"tool_call_id": "1", "tool_name": "noop", "parameters": {}}\n]<|END_ACTION|>'),
+    ("cohere3-text-only", spec("cohere_command3", "cohere_command3"),
+     "<|START_RESPONSE|>Plain answer.<|END_RESPONSE|>"),
+    ("plamo3", spec("plamo3", "plamo3", thinking=True),
+     "Think." + PLAMO("end_think") + PLAMO("begin_tool_requests")
+     + plamo_call("get_weather", '{"city": "Kyoto"}') + plamo_call("noop", "{}") + PLAMO("end_tool_requests")),
+    ("apertus", spec("apertus"), 'Calling. <|tools_prefix|>[{"get_weather": {"city": "Paris"}}, {"rm_rf": {}}, '
+                                 '{"noop": {}}]<|tools_suffix|>'),
+    ("apertus-not-calls", spec("apertus"), "<|tools_prefix|>[1, 2]<|tools_suffix|> tail"),
+    # Python-call bodies
+    ("lfm2", spec("lfm2"), '<|tool_call_start|>[get_weather(city="Paris", days=2)]<|tool_call_end|>Checking now.'),
+    ("lfm2-cut", spec("lfm2"), '<|tool_call_start|>[get_weather(city="Par'),
+    ("olmo3", spec("olmo3", "olmo3", thinking=True),
+     'Plan.</think><function_calls>get_weather(city="Paris", metric=true)\nsearch(query="x", filters=null)'
+     "</function_calls>"),
+    ("olmo3-prose", spec("olmo3"), "<function_calls>not a call at all</function_calls> ok"),
+    # Gemma key:value bodies
+    ("gemma4", spec("gemma4", "gemma4"),
+     '<|channel>thought\nNeed weather.<channel|>Sure.<|tool_call>call:get_weather{city:<|"|>Paris, {FR}<|"|>,'
+     'days:3,metric:true}<tool_call|>'),
+    ("gemma4-nested", spec("gemma4"),
+     '<|tool_call>call:search{query:<|"|>a:b<|"|>,filters:{tags:[<|"|>x<|"|>,2],deep:{k:null}},limit:2.5}<tool_call|>'
+     '<|tool_call>call:noop{}<tool_call|>'),
+    ("gemma4-cut", spec("gemma4"), '<|tool_call>call:get_weather{city:<|"|>Par'),
+    ("functiongemma", spec("functiongemma"),
+     "<start_function_call>call:get_weather{city:<escape>Paris<escape>,days:2}<end_function_call>"),
+    # MiniMax M3 nested elements
+    ("minimax-m3", spec("minimax_m3", "minimax_m3", thinking=True),
+     f"Plan</mm:think>\n{MM3}<tool_call>\n{MM3}<invoke name=\"search\">\n{MM3}<query>hi</q>{MM3}</query>\n"
+     f"{MM3}<filters>{MM3}<tags>{MM3}<item>a{MM3}</item>{MM3}</tags>{MM3}</filters>\n{MM3}<limit>5{MM3}</limit>\n"
+     f"{MM3}</invoke>\n{MM3}</tool_call>"),
+    ("minimax-m3-cut", spec("minimax_m3"), f"{MM3}<tool_call>{MM3}<invoke name=\"noop\">{MM3}<a>1"),
+    # reasoning-only rows
+    ("gemma4-reasoning-only", spec(None, "gemma4"), "<|channel>thought\nhmm<channel|>Answer."),
+    ("kimi-k3-reasoning", spec(None, "kimi_k3"), "<|open|>think<|sep|>r<|close|>think<|sep|>c"),
+    ("minimax-m3-reasoning", spec(None, "minimax_m3"), "<mm:think>plan</mm:think>Done."),
+    ("plamo3-reasoning", spec(None, "plamo3", thinking=True), "Thinking" + PLAMO("end_think") + "Answer"),
+    ("k2-horizon-fast", spec(None, "k2_horizon"), "<ifm|think_fast>quick</ifm|think_fast>Done"),
+    ("hunyuan-a13b", spec(None, "hunyuan_a13b"), "<think>\nx\n</think>\n<answer>\ny\n</answer>"),
+    ("hy-v3-effort", spec(None, "hy_v3", thinking=True, reasoning_effort="high"), "r</think>c"),
+    ("hy-v3-no-effort", spec(None, "hy_v3"), "r</think>c"),
+    ("hy-v4-reasoning", spec("hy_v4", "hy_v4", thinking=True),
+     "r</think><tool_calls><tool_call>noop<tool_sep></tool_call></tool_calls>"),
+    ("granite-thinking", spec(None, "granite_thinking_parser", thinking=True), "r\n</think>\nc"),
+    ("minicpmv", spec(None, "minicpmv"), "<think>r</think>c"),
+    ("cohere-reasoning", spec(None, "cohere_command4"), "<|START_THINKING|>r<|END_THINKING|>c"),
+    ("ernie45-reasoning", spec(None, "ernie45", thinking=True), "r</think>\n\n<response>\nc\n</response>"),
+    ("muse-glimmer", spec(None, "muse_glimmer"), "<|start|>assistant to=self<|message|>r<|eom|>c"),
+    # hf: the checkpoint's response_template
+    ("hf-qwen", rt(thinking=True),
+     'Plan.\n</think>\n\nCalling.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": "3"}}'
+     '\n</tool_call>\n<tool_call>\n{"name": "noop", "arguments": {}}\n</tool_call>'),
+    ("hf-text", rt(), "<think>r</think>  Just text.  "),
+    ("hf-bad-json", rt(), 'A <tool_call>{"name": "search", oops}</tool_call> B'),
+    ("hf-unknown-tool", rt(), '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>'),
+    ("hf-cut", rt(), '<tool_call>{"name": "search", "arguments": {"query": "x'),
+    ("hf-tools-off", rt(choice="none"), '<tool_call>{"name": "noop", "arguments": {}}</tool_call>'),
+    ("hf-pythonic", rt(reasoning=None, template=RT_PYTHONIC),
+     ' Sure <|tool_call_start|>[get_weather(city="Paris", metric=true), noop()]<|tool_call_end|> done'),
+    ("beam-as-hf", rt("beam", "beam"), "<think>x</think>y"),
+    ]
+
+FAMILY_EXPECTED = {
+    'dsml-v32': (None, 'Let me check.\n\n', [('get_weather', '{"city": "Paris", "days": 3}')]),
+    'dsml-v32-two': (None, None, [('get_weather', '{"city": "Paris", "days": 3}'), ('search', '{"query": "a<b>c", "filters": {"k": [1, 2]}, "limit": "not json"}')]),
+    'dsml-v4-thinking': ('Need the weather.', None, [('get_weather', '{"city": "Paris", "days": 3}')]),
+    'dsml-v4-no-string-attr': (None, None, [('get_weather', '{"days": 4}')]),
+    'dsml-v41': (None, 'Sure.', [('get_weather', '{"city": "Paris", "days": 3}')]),
+    'dsml-cut': (None, None, [('get_weather', '{"city": "Paris"}')]),
+    'dsml-unknown': (None, '<｜DSML｜function_calls>\n<｜DSML｜invoke name="rm_rf">\n<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n<｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>', []),
+    'kimi-k3': ('Weather first.', 'On it.', [('get_weather', '{"city": "Zürich \\"1\\"", "days": 2}')]),
+    'kimi-k3-escaped-key': (None, None, [('f', '{"a\\"b": {"x": null}}')]),
+    'dots': (None, 'Checking.\n', [('get_weather', '{"city": "Paris", "days": 2}')]),
+    'minicpm5': (None, None, [('search', '{"query": "x y", "limit": 1.5}')]),
+    'muse': ('Look it up.', 'One sec.', [('search', '{"query": "café"}')]),
+    'step3': ('Plan.', None, [('get_weather', '{"city": "Paris", "metric": true}')]),
+    'hy-v3': (None, None, [('get_weather', '{"city": "Paris", "days": 5}')]),
+    'k2-horizon': ('think', None, [('search', '{"query": "q"}')]),
+    'ling3-glm': ('hm', None, [('noop', '{}')]),
+    'poolside-glm': (None, None, [('get_weather', '{"days": 7}')]),
+    'mimo': ('Think.', None, [('search', '{"query": "\\nkeep\\n"}')]),
+    'step3p5': ('Reason.', None, [('get_weather', '{"city": "Oslo"}')]),
+    'nemotron-v3-reasoning': ('Reasoning here.', '\nAnswer.', []),
+    'ernie45': ('Thoughts', None, [('get_weather', '{"city": "Rome"}')]),
+    'gigachat3': (None, 'I will call it.', [('search', '{"query": "x"}')]),
+    'inkling': ('why', 'Calling.', [('get_weather', '{"city": "Lima"}')]),
+    'cohere4': ('Use the tool.', 'Sure.', [('get_weather', '{"city": "Paris"}'), ('noop', '{}')]),
+    'cohere3-text-only': (None, 'Plain answer.', []),
+    'plamo3': ('Think.', None, [('get_weather', '{"city": "Kyoto"}'), ('noop', '{}')]),
+    'apertus': (None, 'Calling. ', [('get_weather', '{"city": "Paris"}'), ('noop', '{}')]),
+    'apertus-not-calls': (None, '<|tools_prefix|>[1, 2]<|tools_suffix|> tail', []),
+    'lfm2': (None, 'Checking now.', [('get_weather', '{"city": "Paris", "days": 2}')]),
+    'lfm2-cut': (None, '<|tool_call_start|>[get_weather(city="Par', []),
+    'olmo3': ('Plan.', None, [('get_weather', '{"city": "Paris", "metric": true}'), ('search', '{"query": "x", "filters": null}')]),
+    'olmo3-prose': (None, '<function_calls>not a call at all</function_calls> ok', []),
+    'gemma4': ('Need weather.', 'Sure.', [('get_weather', '{"city": "Paris, {FR}", "days": 3, "metric": true}')]),
+    'gemma4-nested': (None, None, [('search', '{"query": "a:b", "filters": {"tags": ["x", 2], "deep": {"k": null}}, "limit": 2.5}'), ('noop', '{}')]),
+    'gemma4-cut': (None, None, [('get_weather', '{"city": "Par"}')]),
+    'functiongemma': (None, None, [('get_weather', '{"city": "Paris", "days": 2}')]),
+    'minimax-m3': ('Plan', None, [('search', '{"query": "hi</q>", "filters": {"tags": {"item": "a"}}, "limit": 5}')]),
+    'minimax-m3-cut': (None, None, [('noop', '{}')]),
+    'gemma4-reasoning-only': ('hmm', 'Answer.', []),
+    'kimi-k3-reasoning': ('r', 'c', []),
+    'minimax-m3-reasoning': ('plan', 'Done.', []),
+    'plamo3-reasoning': ('Thinking', 'Answer', []),
+    'k2-horizon-fast': ('quick', 'Done', []),
+    'hunyuan-a13b': ('\nx\n', '\n<answer>\ny\n</answer>', []),
+    'hy-v3-effort': ('r', 'c', []),
+    'hy-v3-no-effort': (None, 'r</think>c', []),
+    'hy-v4-reasoning': ('r', None, [('noop', '{}')]),
+    'granite-thinking': ('r', '\nc', []),
+    'minicpmv': ('r', 'c', []),
+    'cohere-reasoning': ('r', 'c', []),
+    'ernie45-reasoning': ('r', '\n\n<response>\nc\n</response>', []),
+    'muse-glimmer': ('r', 'c', []),
+    'hf-qwen': ('Plan.\n', '\n\nCalling.\n\n', [('get_weather', '{"city": "Paris", "days": 3}'), ('noop', '{}')]),
+    'hf-text': ('r', '  Just text.  ', []),
+    'hf-bad-json': (None, 'A <tool_call>{"name": "search", oops}</tool_call> B', []),
+    'hf-unknown-tool': (None, '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>', []),
+    'hf-cut': (None, '<tool_call>{"name": "search", "arguments": {"query": "x', []),
+    'hf-tools-off': (None, '<tool_call>{"name": "noop", "arguments": {}}</tool_call>', []),
+    'hf-pythonic': (None, ' Sure  done', [('get_weather', '{"city": "Paris", "metric": true}'), ('noop', '{}')]),
+    'beam-as-hf': ('x', 'y', []),
+}
