@@ -4,12 +4,14 @@
 |---|---|
 | ``POST /v1/chat/completions`` | OpenAI chat completion, JSON or SSE (``stream: true``) |
 | ``POST /v1/completions`` | OpenAI completion, JSON or SSE |
+| ``POST /v1/responses`` | OpenAI Responses ``Response``, or its typed SSE events (``stream: true``) |
+| ``POST /v1/messages`` | Anthropic ``message``, or its content-block SSE events; errors in Anthropic's shape |
 | ``GET /v1/models`` | the served model (in-process render) or the render server's list |
 | ``GET /version`` | in-process render only |
 | ``GET /health`` | ``{"prefill": {url: state}, "decode": {…}[, "render": {…}]}``; 503 unless every hop has a healthy instance |
 | ``GET /metrics`` | Prometheus text (``render_service_driver_*``) |
 
-The two completion routes are raw ASGI endpoints: the request runs in its own task while
+The four request routes are raw ASGI endpoints: the request runs in its own task while
 the endpoint waits for ``http.disconnect``; a client that goes away cancels the task (the
 engine connections close) and the engine legs still in flight are aborted.
 """
@@ -29,6 +31,7 @@ from starlette.routing import Route
 
 from ..errors import OpenAIError, bad_request
 from ..http.common import JSONResponse, error_response, read_json
+from ..wire.frontdoors import error_body
 from .flow import Driver, RequestScope, Responder
 from .upstream import error_from_exception
 
@@ -39,7 +42,8 @@ async def _until_disconnect(receive: Callable) -> None:
 
 
 class DriveEndpoint:
-    """``POST`` handler for one kind (``"chat"`` / ``"completion"``) of request."""
+    """``POST`` handler for one kind (``"chat"``, ``"completion"``, ``"responses"``,
+    ``"messages"``) of request."""
 
     def __init__(self, driver: Driver, kind: str) -> None:
         self.driver, self.kind = driver, kind
@@ -53,7 +57,7 @@ class DriveEndpoint:
                 raise bad_request("Request body must be a JSON object.")
         except OpenAIError as err:
             self.driver.metrics.requests.labels(self.kind, str(err.status)).inc()
-            await out.json(err.status, err.body(), {})
+            await out.json(err.status, error_body(self.kind, err), {})
             return
         rscope = RequestScope()
         work = asyncio.create_task(self.driver.handle(self.kind, body, request.headers, out, rscope))
@@ -85,6 +89,8 @@ def create_app(driver: Driver) -> Starlette:
     routes = [
         Route("/v1/chat/completions", DriveEndpoint(driver, "chat"), methods=["POST"]),
         Route("/v1/completions", DriveEndpoint(driver, "completion"), methods=["POST"]),
+        Route("/v1/responses", DriveEndpoint(driver, "responses"), methods=["POST"]),
+        Route("/v1/messages", DriveEndpoint(driver, "messages"), methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]

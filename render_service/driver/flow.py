@@ -49,6 +49,7 @@ from ..render import new_request_id
 from ..wire import sse
 from ..wire.generate import ENGINE_ID_PREFIX
 from .config import DriverConfig
+from .frontdoors import KINDS as FRONT_DOORS, FrontDoorFlow
 from .hops import LocalHops, RemoteHops, derender_payload
 from .legs import decode_leg, prefill_leg
 from .timing import DriverMetrics, HopTimer
@@ -106,6 +107,14 @@ class Responder:
     async def end_events(self, comment: str | None = None) -> None:
         tail = sse.comment(comment) if comment else b""
         await self.send({"type": "http.response.body", "body": tail + sse.DONE, "more_body": False})
+
+    async def raw(self, data: bytes) -> None:
+        """Already-framed SSE bytes (the Responses / Messages doors name their events)."""
+        await self._body(data)
+
+    async def end(self, data: bytes = b"") -> None:
+        """End the body with ``data`` (streams that have no ``[DONE]``)."""
+        await self.send({"type": "http.response.body", "body": data, "more_body": False})
 
     async def _start(self, status: int, headers: Mapping[str, str]) -> None:
         self.started, self.status = True, status
@@ -400,7 +409,10 @@ class Driver:
                      scope: RequestScope) -> None:
         """Serve one ``/v1/chat/completions`` (``kind="chat"``) or ``/v1/completions``
         (``"completion"``) request with JSON ``body``; writes the response to ``out``.
-        Never raises except `asyncio.CancelledError` (client gone)."""
+        Never raises except `asyncio.CancelledError` (client gone). ``"responses"`` and
+        ``"messages"`` go to `FrontDoorFlow`."""
+        if kind in FRONT_DOORS:
+            return await FrontDoorFlow(self).handle(kind, body, headers, out, scope)
         timer = HopTimer()
         self.metrics.in_flight.inc()
         base_id = headers.get("x-request-id") or body.get("request_id") or new_request_id()
