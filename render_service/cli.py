@@ -125,6 +125,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
                         "default: derived from the model, which catches corruption but not forgery; "
                         "env RENDER_SERVICE_STATE_SECRET)")
     p.add_argument("--max-body-bytes", type=_positive, default=32 * 1024 * 1024, help="larger bodies get 413")
+    p.add_argument("--max-queue-delay-ms", type=_positive, default=1000,
+                   help="a request that cannot start on the CPU pool within this delay gets 503 + Retry-After "
+                        "(keep it under the router's timeout: llm-d's token-producer waits 5 s)")
     p.add_argument("--max-logprobs", type=int, default=20, help="top logprobs allowed per token (-1: no limit)")
     p.add_argument("--uvicorn-log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     add_connection_arguments(p)
@@ -151,6 +154,7 @@ def build_config(args: argparse.Namespace):
 
 def run_serve(args: argparse.Namespace) -> int:
     """Load the model, check the parser choices, and serve until interrupted."""
+        max_queue_delay_ms=args.max_queue_delay_ms,
     import uvicorn
 
     from .server import StartupError, build_app

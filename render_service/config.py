@@ -31,3 +31,4 @@ class ServeConfig:
     max_logprobs: int = 20
     exclude_tools_when_tool_choice_none: bool = False
     stream_state_secret: str | None = None         # HMAC key for derender stream_state; default derived from the model
+    max_queue_delay_ms: int = 1000                 # a request that cannot start in time gets 503 + Retry-After

@@ -132,3 +132,50 @@ def test_every_accepted_socket_gets_tcp_nodelay():
     finally:
         client.close()
         listener.close()
+
+
+# -- overload: fail fast with 503 + Retry-After, saturation visible, /health when wedged ---
+
+CHAT = {"model": None, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_admission_refuses_past_the_queue_delay_and_measures_saturation():
+    import asyncio
+
+    from render_service.http.admission import Admission, Overloaded
+
+    async def main() -> None:
+        gate = Admission(capacity=1, max_queue_delay=0.05, wedge_after=0.0)
+        async with gate.slot():
+            with pytest.raises(Overloaded):
+                async with gate.slot():
+                    pass
+            await asyncio.sleep(0.01)
+            assert gate.wedged()  # the only slot held longer than wedge_after, nothing finished
+            assert gate.saturation() == 1.0 and gate.rejected == 1
+        async with gate.slot(deadline=False):  # freed: the next one starts at once
+            pass
+        assert not gate.wedged()
+
+    asyncio.run(main())
+
+
+def test_overload_answers_503_with_retry_after_and_health_stays_up():
+    from render_service.config import ServeConfig
+    from render_service.http.admission import Admission
+    from render_service.server import build_app
+    from tests.conftest import serve_app
+
+    app, _, _ = build_app(ServeConfig(max_queue_delay_ms=50))
+    app.state.ctx.admission.capacity = 0  # a pool that never frees a slot: every render must wait
+    with serve_app(app) as url:
+        r = httpx.post(url + "/v1/chat/completions/render", json=CHAT, timeout=30)
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"
+        assert r.json()["error"]["code"] == 503
+        assert httpx.get(url + "/health", timeout=10).status_code == 200
+        metrics = httpx.get(url + "/metrics", timeout=10).text
+        assert "render_service_saturation 1.0" in metrics
+        assert "render_service_rejected_total 1.0" in metrics
+        app.state.ctx.admission = Admission(1, 1.0, wedge_after=0.0)
+        app.state.ctx.admission.running, app.state.ctx.admission._started = 1, {1: 0.0}
+        assert httpx.get(url + "/health", timeout=10).status_code == 503

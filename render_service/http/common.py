@@ -14,8 +14,10 @@ from starlette.responses import Response
 
 from ..config import ServeConfig
 from ..errors import OpenAIError, bad_request
+from .admission import Admission, Overloaded
 
 T = TypeVar("T")
+CPU_THREADS = 4  # render/derender steps running at once per worker process
 
 
 @dataclass
@@ -27,11 +29,24 @@ class AppContext:
 
     bundle: Any
     config: ServeConfig
-    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=4, thread_name_prefix="cpu"))
+    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=CPU_THREADS, thread_name_prefix="cpu"))
+    admission: Admission | None = None  # built from ``config`` when not given
 
-    async def run_cpu(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run CPU-bound ``fn(*args)`` off the event loop (tokenizers releases the GIL)."""
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+    def __post_init__(self) -> None:
+        if self.admission is None:
+            self.admission = Admission(CPU_THREADS, self.config.max_queue_delay_ms / 1000)
+
+    async def run_cpu(self, fn: Callable[..., T], *args: Any, deadline: bool = True) -> T:
+        """Run CPU-bound ``fn(*args)`` off the event loop (tokenizers releases the GIL).
+
+        Waits for a pool slot at most ``--max-queue-delay-ms`` (``deadline=False`` for the
+        steps of a stream that already started: they wait their turn).
+
+        Raises:
+            Overloaded: 503, the pool could not start ``fn`` in time.
+        """
+        async with self.admission.slot(deadline):
+            return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     def check_model(self, model: str | None) -> None:
         """404 unless ``model`` is null or one of the served names (wire brief §0)."""
@@ -52,8 +67,9 @@ class JSONResponse(Response):
 
 
 def error_response(err: OpenAIError) -> JSONResponse:
-    """The OpenAI error shape with ``code`` = HTTP status."""
-    return JSONResponse(err.body(), status_code=err.status)
+    """The OpenAI error shape with ``code`` = HTTP status (and ``Retry-After`` on overload)."""
+    headers = {"Retry-After": str(err.retry_after_s)} if isinstance(err, Overloaded) else None
+    return JSONResponse(err.body(), status_code=err.status, headers=headers)
 
 
 async def read_json(request: Request, max_bytes: int) -> Any:

@@ -59,6 +59,7 @@ def routes(ctx: AppContext) -> list[Route]:
     bundle = ctx.bundle
     registry = prometheus_client.CollectorRegistry()
     registry.register(_TokenizerCacheCollector(bundle.tokenizer))
+    registry.register(ctx.admission.collector())
 
     async def models(request: Request) -> JSONResponse:
         data = [
@@ -77,7 +78,8 @@ def routes(ctx: AppContext) -> list[Route]:
         return JSONResponse({"object": "list", "data": data})
 
     async def health(request: Request) -> Response:
-        return Response(status_code=200)
+        # A wedged pool (every slot held, nothing finishing) fails liveness so the pod restarts.
+        return Response(status_code=503 if ctx.admission.wedged() else 200)
 
     async def version(request: Request) -> JSONResponse:
         return JSONResponse({"version": __version__})
