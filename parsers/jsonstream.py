@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import re
+from enum import StrEnum
 
 _WS = " \t\n\r"
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?\Z")
@@ -40,23 +41,31 @@ _PLAIN_RUN = re.compile(r'[^"\\\x00-\x1f]+')
 _HEX = set("0123456789abcdefABCDEF")
 _CLOSE = {"{": "}", "[": "]"}
 
-# mode codes (one char each so exported state stays tiny)
-BEFORE = "B"      # nothing yet, skipping leading whitespace
-VALUE = "V"       # a value must come (after ':' or ',')
-FIRST_ITEM = "v"  # after '[': a value or ']'
-KEY = "K"         # a key must come (after ',')
-FIRST_KEY = "k"   # after '{': a key or '}'
-STR = "S"         # inside a string value
-KSTR = "s"        # inside an object key
-ESC = "E"         # after '\' in a string value
-KESC = "e"        # after '\' in a key
-UNI = "U"         # inside \\uXXXX of a string value (count in ``tok``)
-KUNI = "u"        # inside \\uXXXX of a key
-TOKEN = "N"       # inside a number or literal (text in ``tok``)
-COLON = "C"       # after a key
-AFTER = "A"       # after a value inside a container
-DONE = "D"        # the value is complete
-ERROR = "X"       # the text is not JSON
+
+class Mode(StrEnum):
+    """What the scanner expects next. The values are one character each (exported state
+    stays tiny) and are the codes states exported by earlier versions carry."""
+
+    BEFORE = "B"      # nothing yet, skipping leading whitespace
+    VALUE = "V"       # a value must come (after ':' or ',')
+    FIRST_ITEM = "v"  # after '[': a value or ']'
+    KEY = "K"         # a key must come (after ',')
+    FIRST_KEY = "k"   # after '{': a key or '}'
+    STR = "S"         # inside a string value
+    KSTR = "s"        # inside an object key
+    ESC = "E"         # after '\' in a string value
+    KESC = "e"        # after '\' in a key
+    UNI = "U"         # inside \\uXXXX of a string value (count in ``tok``)
+    KUNI = "u"        # inside \\uXXXX of a key
+    TOKEN = "N"       # inside a number or literal (text in ``tok``)
+    COLON = "C"       # after a key
+    AFTER = "A"       # after a value inside a container
+    DONE = "D"        # the value is complete
+    ERROR = "X"       # the text is not JSON
+
+
+(BEFORE, VALUE, FIRST_ITEM, KEY, FIRST_KEY, STR, KSTR, ESC, KESC, UNI, KUNI, TOKEN, COLON, AFTER, DONE,
+ ERROR) = Mode
 
 _SAFE = frozenset((FIRST_ITEM, FIRST_KEY, STR, AFTER, DONE))
 
@@ -82,13 +91,13 @@ class JsonValue:
     # -- plain-data state -------------------------------------------------------------
     def export(self) -> list:
         """Plain data: ``[stack, mode, pend, tok, require]``."""
-        return [self.stack, self.mode, self.pend, self.tok, self.require]
+        return [self.stack, self.mode.value, self.pend, str(self.tok), self.require]
 
     @classmethod
     def load(cls, data: list) -> "JsonValue":
         """Inverse of :meth:`export`."""
         obj = cls(data[4])
-        obj.stack, obj.mode, obj.pend, obj.tok = data[0], data[1], data[2], data[3]
+        obj.stack, obj.mode, obj.pend, obj.tok = data[0], Mode(data[1]), data[2], data[3]
         return obj
 
     # -- queries ----------------------------------------------------------------------

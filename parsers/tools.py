@@ -4,7 +4,8 @@ Theory of operation. Content text arrives (after the reasoning stage took its pa
 family is a :class:`parsers.formats.ToolFormat` row: which markers open a tool *section*,
 which open one *call*, whether a *header* (name / id) sits between the call marker and
 the arguments, which *body* mechanism reads the arguments, and which marker ends a call.
-The machine walks five states::
+The machine walks five states (:class:`State`); the marker-driven moves are the table
+:data:`TRANSITIONS`::
 
     TEXT --section_begin--> SECTION --call_begin--> HEADER --header_end--> BODY --> AFTER
       |                        ^  \\--section_end--> TEXT                 ^        |
@@ -34,6 +35,8 @@ written before the break (no closers made up), and the rest of the text is conte
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from .calls import ERROR, MORE, Calls
 from .events import Content
 from .formats import ToolFormat, parse_header
@@ -48,7 +51,35 @@ from .xmlcalls import XmlCall
 BODIES = {cls.kind: cls for cls in (JsonArgs, JsonCall, JsonList, JsonSequence, XmlCall, PythonCalls,
                                      GemmaCall, KeyedList, PythonLines, NestedXmlCall)}
 
-TEXT, SECTION, HEADER, BODY, AFTER = "text", "section", "header", "body", "after"
+
+
+class State(StrEnum):
+    """Where the framing machine is; the values are the codes exported states carry."""
+
+    TEXT = "text"        # content, scanning for a section or call marker
+    SECTION = "section"  # inside a tool section, between calls
+    HEADER = "header"    # reading a call's name (and id)
+    BODY = "body"        # a body mechanism reads the arguments
+    AFTER = "after"      # a body ended; up to the call's end marker
+
+
+TEXT, SECTION, HEADER, BODY, AFTER = State
+
+# Marker kinds are the ToolFormat fields that hold them. ``CALL``: a call begins (HEADER
+# when the row has a header, else BODY); ``OUTER``: back where the call began.
+SECTION_BEGIN, SECTION_END, CALL_BEGIN, CALL_END = "section_begin", "section_end", "call_begin", "call_end"
+CALL, OUTER = "call", "outer"
+
+# state -> marker kind -> next state, for the states that wait for a framing marker; on
+# equal markers a later kind wins. Beside the table: TEXT's markers are the row's
+# ``text_markers`` (and a call syntax at the very start of output, ``at_start``); AFTER
+# looks for the section's end only inside a section; a section ending without a call is
+# dropped or given back as content (``_section_without_call``).
+TRANSITIONS: dict[State, dict[str, str]] = {
+    TEXT: {CALL_BEGIN: CALL, SECTION_BEGIN: SECTION},
+    SECTION: {CALL_BEGIN: CALL, SECTION_END: TEXT},
+    AFTER: {CALL_BEGIN: CALL, SECTION_END: TEXT, CALL_END: OUTER},
+}
 _WS = " \t\n\r"
 _MAX_HEADER = 512
 
@@ -84,14 +115,15 @@ class ToolStage:
 
     # -- plain data -------------------------------------------------------------------
     def export(self) -> dict:
-        return {"st": self.st, "outer": self.outer, "buf": self.buf, "raw": "".join(self.raw),
+        return {"st": self.st.value, "outer": self.outer.value, "buf": self.buf, "raw": "".join(self.raw),
                 "header": self.header, "ws": self.ws, "said": self.said, "fresh": self.fresh,
                 "sec0": self.sec0,
                 "body": [self.body.kind, self.body.export()] if self.body else None}
 
     def load(self, data: dict) -> None:
-        for key in ("st", "outer", "buf", "header", "ws", "said", "fresh", "sec0"):
+        for key in ("buf", "header", "ws", "said", "fresh", "sec0"):
             setattr(self, key, data[key])
+        self.st, self.outer = State(data["st"]), State(data["outer"])
         self.raw = [data["raw"]] if data["raw"] else []
         body = data["body"]
         self.body = BODIES[body[0]].load(body[1], self.fmt) if body else None
@@ -150,12 +182,11 @@ class ToolStage:
             return pos + i + len(m)  # content-block framing: never shown
         self.fresh = False
         if m in self.fmt.section_begin:
-            self.ws = ""
             self.raw, self.sec0 = [m], self.calls.index
-            self.st = self.outer = SECTION
+            self._move(SECTION_BEGIN, m)
         else:
             self.outer = TEXT
-            self._begin_call(m)
+            self._move(CALL_BEGIN, m)
         return pos + i + len(m)
 
     def _start_kind(self, buf: str, j: int, final: bool) -> str | None:
@@ -171,8 +202,8 @@ class ToolStage:
         return kind
 
     def _in_section(self, buf: str, pos: int, final: bool) -> int | None:
-        fmt = self.fmt
-        i, m = find_marker(buf[pos:], fmt.call_begin + fmt.section_end, final)
+        kinds = self._markers(SECTION)
+        i, m = find_marker(buf[pos:], tuple(kinds), final)
         if self._empty_section():
             self.raw.append(buf[pos:pos + i])
         else:
@@ -180,13 +211,9 @@ class ToolStage:
         if m is None:
             self._stop = pos + i
             return None
-        if m in fmt.section_end:
-            if self._empty_section():
-                self._section_without_call(m)
-            self.ws = ""
-            self.st = self.outer = TEXT
-        else:
-            self._begin_call(m)
+        if kinds[m] == SECTION_END and self._empty_section():
+            self._section_without_call(m)
+        self._move(kinds[m], m)
         return pos + i + len(m)
 
     def _in_header(self, buf: str, pos: int, final: bool) -> int | None:
@@ -260,26 +287,36 @@ class ToolStage:
         return pos
 
     def _in_after(self, buf: str, pos: int, final: bool) -> int | None:
-        fmt = self.fmt
-        markers = fmt.call_end + fmt.call_begin
-        if self.outer == SECTION:
-            markers += fmt.section_end
-        i, m = find_marker(buf[pos:], markers, final)
+        kinds = self._markers(AFTER)
+        i, m = find_marker(buf[pos:], tuple(kinds), final)
         self._junk(buf[pos:pos + i])
         if m is None:
             self._stop = pos + i
             return None
-        if m in fmt.call_end:
-            self.ws = ""
-            self.st = self.outer
-        elif m in fmt.section_end:
-            self.ws = ""
-            self.st = self.outer = TEXT
-        else:
-            self._begin_call(m)
+        self._move(kinds[m], m)
         return pos + i + len(m)
 
     # -- helpers ----------------------------------------------------------------------
+    def _markers(self, st: State) -> dict[str, str]:
+        """``{marker: kind}`` that ``st`` waits for, from :data:`TRANSITIONS` and the row."""
+        found: dict[str, str] = {}
+        for kind in TRANSITIONS[st]:
+            if kind == SECTION_END and st == AFTER and self.outer != SECTION:
+                continue
+            found.update(dict.fromkeys(getattr(self.fmt, kind), kind))
+        return found
+
+    def _move(self, kind: str, marker: str) -> None:
+        """Take the transition of the current state for a marker of ``kind``."""
+        target = TRANSITIONS[self.st][kind]
+        if target == CALL:
+            self._begin_call(marker)
+            return
+        self.ws = ""
+        if target == OUTER:
+            self.st = self.outer
+        else:
+            self.st = self.outer = target
     def _begin_call(self, marker: str) -> None:
         self.ws, self.said = "", False
         self.raw.append(marker)  # after the section marker, if the section has no call yet
