@@ -137,7 +137,8 @@ EXPECTED_DETECTION = {
     "llama-3.3-instruct": (None, "llama3_json"), "llama-4": (None, "llama4_pythonic"),
     "minimax-m2": ("minimax_m2", "minimax_m2"), "mistral-nemo": (None, "mistral"),
     "mistral-small-3": (None, None), "mistral-small-3.2": (None, "mistral"), "phi-3.5-mini": (None, None),
-    "phi-4-mini": (None, "phi4_mini_json"), "qwen2.5-instruct": (None, "hermes"), "qwen3": ("qwen3", "hermes"),
+    "phi-4-mini": (None, "phi4_mini_json"), "qwen2.5-instruct": (None, "hermes"),
+    "qwen2.5-vl": (None, None), "qwen3": ("qwen3", "hermes"),
     "qwen3-coder": (None, "qwen3_coder"), "qwq": ("qwen3", "hermes"), "smollm3": ("qwen3", "hermes"),
 }
 
