@@ -111,9 +111,9 @@ class ResponsesStream:
         """Close the open item and end with ``response.completed`` / ``response.incomplete``."""
         if self.finished:
             return []
-        out = self._close()
-        self.finished = True
         incomplete = finish_reason == "length"
+        out = self._close("incomplete" if incomplete else "completed")
+        self.finished = True
         self.env.update(status="incomplete" if incomplete else "completed",
                         incomplete_details={"reason": "max_output_tokens"} if incomplete else None,
                         usage=_usage(usage))
@@ -169,24 +169,25 @@ class ResponsesStream:
                 "arguments": "", "status": "in_progress"}
         return [self._ev("response.output_item.added", output_index=self._index(), item=item)]
 
-    def _close(self) -> list[dict]:
+    def _close(self, status: str = "completed") -> list[dict]:
+        """Close the open item; ``status`` is ``incomplete`` when the output was cut at the limit."""
         if self.open is None:
             return []
         item_id, index, text = self._id(), self._index(), self.acc
         if self.open == "function_call":
             item = {"id": item_id, "type": "function_call", "call_id": self.call["call_id"], "name": self.call["name"],
-                    "arguments": text, "status": "completed"}
+                    "arguments": text, "status": status}
             out = [self._ev("response.function_call_arguments.done", output_index=index, item_id=item_id,
                             name=self.call["name"], arguments=text)]
         else:
             if self.open == "reasoning":
                 part = {"type": "reasoning_text", "text": text}
-                item = {"id": item_id, "type": "reasoning", "summary": [], "content": [part], "status": "completed"}
+                item = {"id": item_id, "type": "reasoning", "summary": [], "content": [part], "status": status}
                 out = [self._ev("response.reasoning_text.done", output_index=index, item_id=item_id, content_index=0,
                                 text=text)]
             else:
                 part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-                item = {"id": item_id, "type": "message", "role": "assistant", "content": [part], "status": "completed"}
+                item = {"id": item_id, "type": "message", "role": "assistant", "content": [part], "status": status}
                 out = [self._ev("response.output_text.done", output_index=index, item_id=item_id, content_index=0,
                                 text=text, logprobs=[])]
             out.append(self._ev("response.content_part.done", output_index=index, item_id=item_id, content_index=0,
