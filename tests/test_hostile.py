@@ -179,3 +179,62 @@ def test_overload_answers_503_with_retry_after_and_health_stays_up():
         app.state.ctx.admission = Admission(1, 1.0, wedge_after=0.0)
         app.state.ctx.admission.running, app.state.ctx.admission._started = 1, {1: 0.0}
         assert httpx.get(url + "/health", timeout=10).status_code == 503
+
+
+# -- 2. derender: stop strings bounded, work off the event loop, SSE events capped ---------
+
+DERENDER = "/v1/chat/completions/derender"
+
+
+def _derender_body(**chat_request) -> dict:
+    return {"generate_response": {"choices": [{"index": 0, "token_ids": [28, 29, 30], "finish_reason": "stop"}]},
+            "prompt_token_ids": [1, 2], "chat_request": {"messages": [], **chat_request}}
+
+
+@pytest.fixture(scope="module")
+def smol_url() -> Iterator[str]:
+    from tests.conftest import render_server
+
+    with render_server() as url:
+        yield url
+
+
+@pytest.mark.parametrize("stop", [["s%d" % i for i in range(65)], ["x" * 1001]])
+def test_stop_strings_past_the_limits_are_400(smol_url, stop):
+    r = httpx.post(smol_url + DERENDER, json=_derender_body(stop=stop), timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stop", r.text
+    ok = httpx.post(smol_url + DERENDER, json=_derender_body(stop=stop[:64] if len(stop) > 1 else ["x" * 1000]),
+                    timeout=30)
+    assert ok.status_code == 200, ok.text
+
+
+def test_pipe_work_goes_through_the_pool_admission():
+    """A pipe used to derender every event on the event loop; now its steps queue for the
+    CPU pool like everything else (here: a pool that never frees a slot → 503 at open)."""
+    from render_service.config import ServeConfig
+    from render_service.server import build_app
+    from tests.conftest import serve_app
+
+    app, _, _ = build_app(ServeConfig(max_queue_delay_ms=50))
+    app.state.ctx.admission.capacity = 0
+    header = {"prompt_token_ids": [1, 2], "chat_request": {"messages": []}}
+    body = orjson_line(header) + b'data: {"choices":[{"index":0,"token_ids":[28],"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    with serve_app(app) as url:
+        r = httpx.post(url + "/v1/chat/completions/derender/pipe", content=body, timeout=30)
+        assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
+
+
+def orjson_line(obj) -> bytes:
+    import orjson
+
+    return orjson.dumps(obj) + b"\n"
+
+
+def test_sse_event_without_blank_lines_is_capped():
+    """`data:` lines with no blank line between them used to accumulate without limit."""
+    from render_service.wire.sse import SSEError, SSEReader
+
+    reader = SSEReader(max_line_bytes=1024)
+    with pytest.raises(SSEError, match="event"):
+        for _ in range(200):
+            reader.feed(b"data: xxxxxxxx\n")

@@ -18,6 +18,7 @@ from ..policy import skip_special_tokens
 from ..wire.derender import ChatRequestFields, ParseContext
 from ..wire.generate import SamplingParams
 from ..wire.openai import stop_list
+from .stops import check_stop_limits
 
 MAX_CHOICES = 16384  # vLLM's VLLM_MAX_N_SEQUENCES
 
@@ -66,6 +67,10 @@ def _stop_list(stop: str | list[str] | None) -> tuple[str, ...]:
     stops = tuple(stop_list(stop))
     if any(not s for s in stops):
         raise bad_request("Stop strings must be non-empty strings.", param="stop")
+    try:
+        check_stop_limits(stops)
+    except ValueError as exc:
+        raise bad_request(str(exc), param="stop") from None
     return stops
 
 

@@ -8,8 +8,9 @@
 | ``POST /v1/completions/derender/pipe`` | same, completions | OpenAI SSE |
 
 Shapes: wire brief §1.6, §1.7; ``stream_state`` format: `render_service.derender.state`.
-Small chunks are derendered on the event loop (a thread hop costs more than the work);
-large bodies go to the CPU pool.
+Small requests (few token ids, small body) are derendered on the event loop (a thread hop
+costs more than the work); everything else, and every step of a pipe, goes through the
+CPU pool's admission, so no client can hold the event loop.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ from ..derender.service import Derenderer
 from ..errors import OpenAIError, bad_request
 from ..wire.derender import (DerenderChatRequest, DerenderChatStreamRequest, DerenderCompletionRequest,
                              DerenderCompletionStreamRequest, PipeHeader)
+from .admission import Overloaded
 from .common import AppContext, JSONResponse, error_response, read_json, validate
 
 log = logging.getLogger(__name__)
 
-INLINE_TOKENS = 256  # below this many ids a request is derendered on the event loop
+INLINE_TOKENS = 256  # below this many ids, and
+INLINE_BODY_BYTES = 16 * 1024  # a body this small (stop strings, stream_state), a request is derendered inline
 
 
 def _token_count(body: dict) -> int:
@@ -55,7 +58,9 @@ def routes(ctx: AppContext) -> list[Route]:
                 model, fn = streamed if isinstance(body, dict) and body.get("stream") is True else plain
                 req = validate(model, body)
                 ctx.check_model(req.model)
-                result = fn(req) if _token_count(body) < INLINE_TOKENS else await ctx.run_cpu(fn, req)
+                size = request.headers.get("content-length", "")
+                inline = size.isdigit() and int(size) <= INLINE_BODY_BYTES and _token_count(body) < INLINE_TOKENS
+                result = fn(req) if inline else await ctx.run_cpu(fn, req)
                 return JSONResponse(result)
             except OpenAIError as err:
                 return error_response(err)
@@ -100,14 +105,15 @@ class PipeEndpoint:
                 raw = orjson.loads(line)
             except orjson.JSONDecodeError:
                 raise bad_request("The first line of a pipe request must be a JSON header object.") from None
-            session = self.open_session(raw)
+            session = await self.ctx.run_cpu(self.open_session, raw)
         except OpenAIError as err:
             return await self._error(send, err)
         except pydantic.ValidationError as exc:  # pragma: no cover - validate() converts these
             return await self._error(send, bad_request(str(exc)))
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
-        out = session.feed(rest)
+        # Each event's derender runs in the pool: a started stream waits its turn (no deadline).
+        out = await self.ctx.run_cpu(session.feed, rest, deadline=False)
         while more:
             if out:
                 await send({"type": "http.response.body", "body": out, "more_body": True})
@@ -115,8 +121,8 @@ class PipeEndpoint:
             if msg["type"] == "http.disconnect":
                 return
             more = msg.get("more_body", False)
-            out = session.feed(msg.get("body", b""))
-        out += session.close()
+            out = await self.ctx.run_cpu(session.feed, msg.get("body", b""), deadline=False)
+        out += await self.ctx.run_cpu(session.close, deadline=False)
         await send({"type": "http.response.body", "body": out, "more_body": False})
 
     def open_session(self, raw: Any) -> PipeSession:
@@ -135,8 +141,10 @@ class PipeEndpoint:
 
     async def _error(self, send: Callable, err: OpenAIError) -> None:
         body = orjson.dumps(self.error_body(err))
-        await send({"type": "http.response.start", "status": err.status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        if isinstance(err, Overloaded):
+            headers.append((b"retry-after", str(err.retry_after_s).encode()))
+        await send({"type": "http.response.start", "status": err.status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
 

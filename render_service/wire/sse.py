@@ -46,22 +46,36 @@ class SSEReader:
     """Bytes in any split → the ``data`` payload of each complete event.
 
     Multi-line data is joined with ``\\n`` (per the spec); one space after ``data:`` is
-    dropped. State is the unfinished line and the data lines of the unfinished event.
+    dropped. State is the unfinished line and the data lines of the unfinished event, both
+    bounded: a line or an event past ``max_line_bytes`` is an `SSEError` (so ``data:`` lines
+    with no blank line between them cannot grow memory without limit). Each byte is
+    scanned once, however the input is split.
     """
 
     def __init__(self, max_line_bytes: int = MAX_LINE_BYTES) -> None:
         self.max_line_bytes = max_line_bytes
-        self._buf = b""
+        self._parts: list[bytes] = []  # the unfinished line, in pieces
+        self._partial = 0
         self._data: list[bytes] = []
+        self._event_bytes = 0
 
     def feed(self, data: bytes) -> list[bytes]:
         """The payloads of the events that ``data`` completes (possibly none).
 
         Raises:
-            SSEError: an unfinished line grew past ``max_line_bytes``.
+            SSEError: an unfinished line or event grew past ``max_line_bytes``.
         """
-        *lines, self._buf = (self._buf + data).split(b"\n")
-        if len(self._buf) > self.max_line_bytes:
+        if b"\n" not in data:
+            self._parts.append(data)
+            self._partial += len(data)
+            if self._partial > self.max_line_bytes:
+                raise SSEError(f"SSE line exceeds {self.max_line_bytes // (1024 * 1024)} MiB")
+            return []
+        *lines, tail = data.split(b"\n")
+        if self._parts:
+            lines[0] = b"".join(self._parts) + lines[0]
+        self._parts, self._partial = ([tail], len(tail)) if tail else ([], 0)
+        if self._partial > self.max_line_bytes:
             raise SSEError(f"SSE line exceeds {self.max_line_bytes // (1024 * 1024)} MiB")
         out: list[bytes] = []
         for line in lines:
@@ -69,12 +83,16 @@ class SSEReader:
             if not line:
                 if self._data:
                     out.append(b"\n".join(self._data))
-                    self._data = []
+                    self._data, self._event_bytes = [], 0
             elif line.startswith(b"data:"):
                 value = line[5:]
-                self._data.append(value[1:] if value.startswith(b" ") else value)
+                value = value[1:] if value.startswith(b" ") else value
+                self._event_bytes += len(value) + 1
+                if self._event_bytes > self.max_line_bytes:
+                    raise SSEError(f"SSE event exceeds {self.max_line_bytes // (1024 * 1024)} MiB")
+                self._data.append(value)
         return out
 
     def close(self) -> list[bytes]:
         """End of input: the payload of an event left without its closing blank line."""
-        return self.feed(b"\n\n") if self._data or self._buf else []
+        return self.feed(b"\n\n") if self._data or self._parts else []
