@@ -19,6 +19,7 @@ from ..wire import sse
 from ..wire.frontdoors import FrontDoorPipeHeader, stream_error_event
 from ..wire.generate import GenerateResponse
 from .frontdoors import FrontDoorSession
+from .pipe import PipeSession
 from .service import Derenderer
 
 
@@ -26,13 +27,15 @@ def _events(events: list[dict]) -> bytes:
     return b"".join(sse.named_event(ev["type"], ev) for ev in events)
 
 
-class FrontDoorPipe:
-    """One piped stream for ``kind`` ``"responses"`` / ``"messages"``.
+class FrontDoorPipe(PipeSession):
+    """One piped stream for ``kind`` ``"responses"`` / ``"messages"``: the chat pipe's
+    reading of engine SSE (``feed`` / ``close``), this module's events.
 
     Raises:
         OpenAIError: 400 for a header without the API's request.
     """
 
+    # PipeSession.__init__ is not called: it plans a chat/completion answer; this one plans its own.
     def __init__(self, d: Derenderer, kind: str, header: FrontDoorPipeHeader) -> None:
         request = header.responses_request if kind == "responses" else header.messages_request
         if request is None:
@@ -44,30 +47,6 @@ class FrontDoorPipe:
                                         prompt_tokens=header.prompt_tokens)
         self.finished = False
         self._reader = sse.SSEReader()
-
-    def feed(self, data: bytes) -> bytes:
-        """Engine SSE bytes in (any split); the API's SSE bytes out (possibly empty)."""
-        if self.finished:
-            return b""
-        try:
-            payloads = self._reader.feed(data)
-        except sse.SSEError as exc:
-            return self._fail(bad_request(f"An engine {exc}."))
-        out = []
-        for payload in payloads:
-            out.append(self._dispatch(payload))
-            if self.finished:
-                break
-        return b"".join(out)
-
-    def close(self) -> bytes:
-        """End of the request body."""
-        if self.finished:
-            return b""
-        out = b"".join(self._dispatch(p) for p in self._reader.close()) if not self.finished else b""
-        if self.finished:
-            return out
-        return out + self._fail(OpenAIError(502, "The engine stream ended without `data: [DONE]`."))
 
     def _dispatch(self, payload: bytes) -> bytes:
         if sse.is_done(payload):
