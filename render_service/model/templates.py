@@ -40,6 +40,7 @@ from ..errors import bad_request
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
 _TESTS_CONTENT_FOR_NONE = re.compile(r"""(?:\.content|\[['"]content['"]\])\s+is\s+(?:not\s+)?none""")
+_ARGUMENTS_STRING_BRANCH = re.compile(r"""arguments['"]?\]?\s+is\s+string""")
 
 
 class TemplateRenderError(ValueError):
@@ -237,12 +238,19 @@ def _detect_content_format(ast: jinja2.nodes.Template) -> str:
 
 
 def _detect_arguments_form(source: str) -> str:
-    """How the template wants assistant ``tool_calls[].function.arguments``: ``"mapping"`` or ``"string"``.
+    """How the template wants assistant ``tool_calls[].function.arguments``:
+    ``"verbatim"``, ``"mapping"`` or ``"string"``.
 
-    OpenAI clients send arguments as a JSON string. Most templates expect a mapping
-    (they apply ``tojson`` or iterate ``items()``), and a string there is double-encoded
+    OpenAI clients send arguments as a JSON string: the text the model generated. Templates
+    with an ``arguments is string`` branch (Qwen3, Hermes 2 Pro / 3, Kimi K2) write a string
+    verbatim and serialise anything else: they get the arguments as sent, so the prompt
+    holds the tokens the model wrote (parsing and re-serialising would turn
+    ``{"a":1.50}`` into ``{"a": 1.5}``; issue 15). Templates that can only serialise
+    (``tojson`` / ``items()``: Llama 3.x) get a mapping — a string there is double-encoded
     (case 01). A few (DeepSeek-R1) concatenate the arguments as text and crash on a mapping.
     """
+    if _ARGUMENTS_STRING_BRANCH.search(source):
+        return "verbatim"
     compact = "".join(source.split())
     concatenates = ("['arguments']+", "+tool['function']['arguments']", ".arguments+", "+tool_call.arguments")
     return "string" if any(sign in compact for sign in concatenates) else "mapping"

@@ -9,9 +9,11 @@ for each:
   ``message['content']`` get ``[{"type": "text", "text": …}]`` parts. Non-text parts are
   refused (this tier renders text prompts).
 - assistant ``tool_calls[].function.arguments`` arrives as a JSON *string* (OpenAI) or an
-  object. Templates that apply ``tojson``/``items`` get a mapping (a string would be
-  double-encoded, case 01); templates that concatenate arguments as text (DeepSeek-R1)
-  get the JSON string. Malformed JSON strings pass through unchanged.
+  object. Templates with an ``arguments is string`` branch (Qwen3, Hermes) get it as sent,
+  so a string is written verbatim — the tokens the model generated, not a re-serialisation
+  (issue 15); templates that can only apply ``tojson``/``items`` get a mapping (a string
+  would be double-encoded, case 01); templates that concatenate arguments as text
+  (DeepSeek-R1) get the JSON string. Malformed JSON strings pass through unchanged.
 - ``reasoning_content`` (older clients) is the same as ``reasoning``.
 - ``content: null`` (OpenAI's assistant tool-call turn) stays null for templates that test
   ``content is none`` (DeepSeek-V3/R1 write history tool calls only then) and becomes ``""``
@@ -103,6 +105,8 @@ def _tool_calls(tool_calls: Any, arguments_form: str, param: str) -> list:
 
 
 def _arguments(arguments: Any, form: str) -> Any:
+    if form == "verbatim":
+        return {} if arguments is None else arguments
     if form == "mapping":
         if isinstance(arguments, str):
             try:
