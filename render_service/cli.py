@@ -131,11 +131,16 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-logprobs", type=int, default=20, help="top logprobs allowed per token (-1: no limit)")
     p.add_argument("--uvicorn-log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     add_connection_arguments(p)
+    from .multimodal import flags as media_flags
+
+    media_flags.add_arguments(p)
     p.set_defaults(func=run_serve)
 
 
 def build_config(args: argparse.Namespace):
     """`ServeConfig` from parsed ``serve`` arguments."""
+    from .multimodal import flags as media_flags
+
     return serve_config_from_args(
         args,
         model=args.model or args.model_positional,
@@ -149,12 +154,13 @@ def build_config(args: argparse.Namespace):
         max_body_bytes=args.max_body_bytes,
         max_logprobs=args.max_logprobs,
         stream_state_secret=args.stream_state_secret,
+        max_queue_delay_ms=args.max_queue_delay_ms,
+        **media_flags.overrides(args),
     )
 
 
 def run_serve(args: argparse.Namespace) -> int:
     """Load the model, check the parser choices, and serve until interrupted."""
-        max_queue_delay_ms=args.max_queue_delay_ms,
     import uvicorn
 
     from .server import StartupError, build_app

@@ -32,3 +32,14 @@ class ServeConfig:
     exclude_tools_when_tool_choice_none: bool = False
     stream_state_secret: str | None = None         # HMAC key for derender stream_state; default derived from the model
     max_queue_delay_ms: int = 1000                 # a request that cannot start in time gets 503 + Retry-After
+    # Media for vision-language models (issue 13; flags in multimodal/flags.py)
+    allowed_local_media_path: str | None = None    # file:// URLs only beneath it (vLLM's flag)
+    allow_remote_media: bool = False               # fetch http(s) URLs at all (vLLM always does)
+    media_fetch_timeout: float = 5.0               # seconds per remote fetch (vLLM VLLM_IMAGE_FETCH_TIMEOUT)
+    max_media_bytes: int = 20 * 1024 * 1024
+    media_max_redirects: int = 3
+    max_image_pixels: int = 178_956_970            # vLLM VLLM_MAX_IMAGE_PIXELS
+    limit_mm_per_prompt: dict = field(default_factory=dict)
+    mm_processor_cache_gb: float = 4.0
+    mm_hash_model_id: str | None = None            # default: `model` as given (what vLLM hashes)
+    mm_hasher_algorithm: str = "blake3"

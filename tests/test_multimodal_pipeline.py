@@ -153,11 +153,10 @@ def test_placeholder_count_mismatch_is_a_400(ids):
     assert err.value.status == 400
 
 
-def test_text_only_prompt_with_pad_token_is_a_400():
+def test_text_only_prompt_passes_through():
     renderer = make_renderer()
-    assert renderer.expand([1, 2], [])[1] is None
-    with pytest.raises(OpenAIError):
-        renderer.expand([1, IMAGE_PAD], [])
+    assert renderer.expand([1, 2], []) == ([1, 2], None)
+    assert renderer.expand([1, IMAGE_PAD], []) == ([1, IMAGE_PAD], None)   # vLLM: features null
 
 
 def test_bad_media_is_a_400_with_vllms_status():

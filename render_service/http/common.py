@@ -31,6 +31,8 @@ class AppContext:
     config: ServeConfig
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=CPU_THREADS, thread_name_prefix="cpu"))
     admission: Admission | None = None  # built from ``config`` when not given
+    # `render_service.multimodal.MultimodalRenderer` when the model takes images/video, else None.
+    multimodal: Any = None
 
     def __post_init__(self) -> None:
         if self.admission is None:

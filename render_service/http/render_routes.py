@@ -6,6 +6,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from ..render import new_request_id, render_chat, render_completion
+from ..render.media import chat_media_parts, load_media_input, mm_payload
 from ..wire.openai import ChatCompletionRequest, CompletionRequest
 from .common import AppContext, JSONResponse, read_json, validate
 
@@ -22,7 +23,8 @@ def routes(ctx: AppContext) -> list[Route]:
         req = validate(ChatCompletionRequest, await read_json(request, ctx.config.max_body_bytes))
         ctx.check_model(req.model)
         rid = _request_id(request, req.request_id)
-        return JSONResponse(await ctx.run_cpu(render_chat, ctx.bundle, ctx.config, req, rid))
+        media = await load_media_input(ctx.multimodal, chat_media_parts(req.messages), mm_payload(req))
+        return JSONResponse(await ctx.run_cpu(render_chat, ctx.bundle, ctx.config, req, rid, media))
 
     async def completion(request: Request) -> JSONResponse:
         req = validate(CompletionRequest, await read_json(request, ctx.config.max_body_bytes))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,7 +54,7 @@ def _open(data: bytes, max_pixels: int, param: str | None) -> Image.Image:
 
 
 def _reason(exc: Exception) -> str:
-    text = str(exc).replace("<_io.BytesIO object>", "").strip()
+    text = re.sub(r"\s*<_io\.BytesIO object( at 0x[0-9a-f]+)?>", "", str(exc)).strip()
     return text or type(exc).__name__
 
 

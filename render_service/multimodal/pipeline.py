@@ -190,9 +190,7 @@ class MultimodalRenderer:
             OpenAIError: 400 when the prompt's placeholders do not match the items one to one
             (e.g. placeholder tokens typed into the text).
         """
-        if not items:
-            if any(t in self.modality_of for t in token_ids):
-                raise bad_request("The prompt contains media placeholder tokens but no media items.", "messages")
+        if not items:   # placeholder tokens typed into a text-only prompt pass through, as in vLLM
             return token_ids, None
         by_modality: dict[str, list[LoadedItem]] = {}
         for item in items:

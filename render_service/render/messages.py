@@ -6,8 +6,10 @@ for each:
 
 - ``content`` as a list of parts (case 03): text-only templates get the text parts joined
   with ``"\\n"`` (vLLM's ``string`` content format); templates that loop over
-  ``message['content']`` get ``[{"type": "text", "text": …}]`` parts. Non-text parts are
-  refused (this tier renders text prompts).
+  ``message['content']`` get ``[{"type": "text", "text": …}]`` parts. Media parts
+  (``image_url``, ``video_url``) reach such templates as ``{"type": "image"}`` /
+  ``{"type": "video"}`` in place, as vLLM passes them, when the model takes media
+  (`render.media`); otherwise, or for a text-only template, they are refused.
 - assistant ``tool_calls[].function.arguments`` arrives as a JSON *string* (OpenAI) or an
   object. Templates with an ``arguments is string`` branch (Qwen3, Hermes) get it as sent,
   so a string is written verbatim — the tokens the model generated, not a re-serialisation
@@ -32,8 +34,8 @@ from ..model.templates import ChatTemplate
 _TEXT_PART_TYPES = ("text", "input_text", "output_text")
 
 
-def prepare_messages(messages: list[Any], template: ChatTemplate) -> list[dict]:
-    """Normalise OpenAI ``messages`` for ``template``.
+def prepare_messages(messages: list[Any], template: ChatTemplate, media: bool = False) -> list[dict]:
+    """Normalise OpenAI ``messages`` for ``template`` (``media``: the model takes image/video parts).
 
     Returns a new list of plain dicts (the request is not mutated).
 
@@ -54,7 +56,7 @@ def prepare_messages(messages: list[Any], template: ChatTemplate) -> list[dict]:
         if prepared.get("content") is None:
             prepared["content"] = None if template.null_content == "none" else ""
         else:
-            prepared["content"] = _content(prepared["content"], template.content_format, f"messages.{i}.content")
+            prepared["content"] = _content(prepared["content"], template.content_format, f"messages.{i}.content", media)
         if prepared.get("reasoning") is None and prepared.get("reasoning_content") is not None:
             prepared["reasoning"] = prepared.pop("reasoning_content")
         if prepared.get("tool_calls"):
@@ -63,31 +65,58 @@ def prepare_messages(messages: list[Any], template: ChatTemplate) -> list[dict]:
     return out
 
 
-def _content(content: Any, content_format: str, param: str) -> Any:
+def _content(content: Any, content_format: str, param: str, media: bool = False) -> Any:
     if content is None or isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise bad_request("content must be a string, a list of content parts, or null.", param)
-    texts = []
+    parts: list[dict] = []
     for j, part in enumerate(content):
         if isinstance(part, str):
-            texts.append(part)
+            parts.append({"type": "text", "text": part})
             continue
         if not isinstance(part, dict):
             raise bad_request("each content part must be an object.", f"{param}.{j}")
         kind = part.get("type", "text")
         field = "refusal" if kind == "refusal" else "text"
-        if kind in _TEXT_PART_TYPES or kind == "refusal":
+        modality = _media_modality(part)
+        if modality is not None and media and content_format == "openai":
+            parts.append({"type": modality, **{k: v for k, v in part.items() if k not in _MEDIA_PART_FIELDS}})
+        elif modality is not None:
+            why = "this model takes no media" if not media else "its chat template takes text only"
+            raise bad_request(f"content part type {kind!r} is not supported: {why}.", f"{param}.{j}.type")
+        elif kind in _TEXT_PART_TYPES or kind == "refusal":
             if not isinstance(part.get(field), str):
                 raise bad_request(f"a {kind!r} content part needs a string `{field}`.", f"{param}.{j}.{field}")
-            texts.append(part[field])
+            parts.append({"type": "text", "text": part[field]})
         else:
             raise bad_request(
-                f"content part type {kind!r} is not supported by this text-only render service.", f"{param}.{j}.type"
+                f"content part type {kind!r} is not supported by this render service.", f"{param}.{j}.type"
             )
     if content_format == "openai":
-        return [{"type": "text", "text": t} for t in texts]
-    return "\n".join(texts)
+        return parts
+    return "\n".join(p["text"] for p in parts)
+
+
+# Media part types and the fields vLLM strips before the template sees ``{"type": modality, ...}``.
+_MEDIA_PART_TYPES = {"image_url": "image", "input_image": "image", "video_url": "video"}
+_MEDIA_PART_FIELDS = frozenset({"type", "image_url", "video_url", "input_image", "uuid", "detail"})
+
+
+def _media_modality(part: dict) -> str | None:
+    """``"image"`` / ``"video"`` for a media part, else None (vLLM 0.33's part parsing).
+
+    A part is read by its ``type``; one with no ``type``, or with a ``uuid``, by which URL key it has.
+    """
+    kind, uuid = part.get("type"), part.get("uuid")
+    if kind in _MEDIA_PART_TYPES and uuid is None:
+        return _MEDIA_PART_TYPES[kind]
+    if kind is None or uuid is not None:
+        if "image_url" in part:
+            return "image"
+        if "video_url" in part:
+            return "video"
+    return None
 
 
 def _tool_calls(tool_calls: Any, arguments_form: str, param: str) -> list:

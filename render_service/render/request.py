@@ -94,6 +94,7 @@ def generate_request(
     reasoning_ended: bool | None,
     reasoning_parser_kwargs: dict | None,
     parse_context: dict | None,
+    features: dict | None = None,
 ) -> dict[str, Any]:
     """The `GenerateRequest` dict for ``req`` (a validated chat or completions request)."""
     extra = dict(sampling_params.get("extra_args") or {})
@@ -105,7 +106,7 @@ def generate_request(
         "request_id": request_id,
         "token_ids": token_ids,
         "token_offsets": None,
-        "features": None,
+        "features": features,
         "content_parts": None,
         "sampling_params": sampling_params,
         "model": req.model,
