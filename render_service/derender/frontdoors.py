@@ -50,7 +50,7 @@ class FrontDoorSession:
     """
 
     def __init__(self, d: Derenderer, kind: str, request: Any, prompt: list[int] | None, *, model: str,
-                 prompt_tokens: int | None = None, payload: dict | None = None, rid: str = "") -> None:
+                 prompt_tokens: int | None = None, payload: dict | None = None) -> None:
         self.d, self.kind, self.request = d, kind, request
         chat = responses_to_chat(request) if kind == "responses" else messages_to_chat(request)
         self.plan: Plan = chat_plan(d.bundle, d.config, ChatRequestFields.model_validate(chat), None, None)
@@ -60,7 +60,6 @@ class FrontDoorSession:
             self.cs = ChoiceStream(self.plan, d.tok, prompt)
             self.fd: ResponsesStream | AnthropicStream | None = None
             self.model = model
-            self._rid = rid
         else:
             try:
                 self.created, self.prompt_len = int(payload["c"]), int(payload["pl"])
@@ -71,7 +70,7 @@ class FrontDoorSession:
                 raise
             except Exception as exc:
                 raise bad_request(f"Invalid stream_state: {exc}", "stream_state") from None
-            self.model, self._rid = model, rid
+            self.model = model
 
     def payload(self) -> dict:
         return {"c": self.created, "pl": self.prompt_len, "cs": self.cs.export_state(),
@@ -79,7 +78,7 @@ class FrontDoorSession:
 
     def _machine(self, request_id: str) -> ResponsesStream | AnthropicStream:
         if self.fd is None:
-            rid = response_id(request_id or self._rid, "chat")
+            rid = response_id(request_id, "chat")
             if self.kind == "responses":
                 if not rid.startswith("resp_"):
                     rid = "resp_" + rid.removeprefix("chatcmpl-")
