@@ -174,20 +174,15 @@ class OutputParser:
 
     def _step(self, text: str, final: bool) -> list[Event]:
         out: list[Event] = []
-        self.calls.out = out
         stage = self.stage
         if self.reasoning is None:
             if text:
-                stage.feed(text)
+                out += stage.feed(text)
         else:
-            for is_reasoning, piece in self.reasoning.feed(text, final):
-                if is_reasoning:
-                    out.append(Reasoning(piece))
-                else:
-                    stage.feed(piece)
+            for ev in self.reasoning.feed(text, final):
+                out += [ev] if isinstance(ev, Reasoning) else stage.feed(ev.text)
         if final:
-            stage.finish()
-        self.calls.out = []
+            out += stage.finish()
         return merge_events(out)
 
     # -- state ------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from .schema import ParamSchema, param_schemas
 
 
 class Calls:
-    """Tool-call counter + event writer. ``out`` is the event list of the current feed."""
+    """Tool-call counter + event writer. ``out`` holds the events written since the stage
+    that owns this object last took them (:meth:`take`); the stage returns them."""
 
     __slots__ = ("tools", "names", "index", "open", "name", "boundary", "out", "_schemas")
 
@@ -48,6 +49,11 @@ class Calls:
         if name not in self._schemas:
             self._schemas[name] = param_schemas(self.tools, name)
         return self._schemas[name]
+
+    def take(self) -> list[Event]:
+        """The events written since the last call (and forget them)."""
+        out, self.out = self.out, []
+        return out
 
     def start(self, name: str, id: str | None = None) -> None:
         assert not self.open

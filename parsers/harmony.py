@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 
 from .calls import Calls
-from .events import Content, Reasoning
+from .events import Content, Event, Reasoning
 from .jsonstream import JsonValue
 from .scanner import find_marker, release_run
 
@@ -86,16 +86,20 @@ class HarmonyStage:
         self.ws, self.stray = data["ws"], data["stray"]
         self.sub = JsonValue.load(data["sub"]) if data["sub"] else None
 
-    def feed(self, text: str) -> None:
+    def feed(self, text: str) -> list[Event]:
+        """Consume output text; returns the events it completes."""
         self._run(self.buf + text, final=False)
+        return self.calls.take()
 
-    def finish(self) -> None:
+    def finish(self) -> list[Event]:
+        """End of output; returns the last events (a cut-off call ends not complete)."""
         self._run(self.buf, final=True)
         if self.st == MSG:
             self._end_message(cut=True)
         elif self.st == HEAD and "<|" not in self.header and "to=" not in self.header:
             self._stray(self.header)  # never was a header: plain text is content
             self.header = ""
+        return self.calls.take()
 
     def _run(self, buf: str, final: bool) -> None:
         pos = 0

@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from .events import Content, Reasoning
 from .scanner import find_marker
 
 
@@ -228,7 +229,8 @@ def rules_out_reasoning(fmt: ReasoningFormat, prompt_text: str, kwargs: dict) ->
 
 
 class ReasoningStage:
-    """Splits text into ``(is_reasoning, text)`` pieces; see the module docstring."""
+    """Splits text into ``Reasoning`` and ``Content`` events; see the module docstring. The
+    content goes on to the tool stage."""
 
     __slots__ = ("fmt", "tool_markers", "st", "buf", "ws", "prefix")
 
@@ -263,14 +265,14 @@ class ReasoningStage:
             found.update(dict.fromkeys(fmt.end, END))
         return found
 
-    def feed(self, text: str, final: bool = False) -> list[tuple[bool, str]]:
-        out: list[tuple[bool, str]] = []
+    def feed(self, text: str, final: bool = False) -> list[Reasoning | Content]:
+        out: list[Reasoning | Content] = []
         if self.prefix:
-            out.append((False, self.prefix))
+            out.append(Content(self.prefix))
             self.prefix = ""
         if self.st == DONE:
             if text:
-                out.append((False, text))
+                out.append(Content(text))
             return out
         buf, pos = self.buf + text, 0
         while self.st != DONE:
@@ -297,11 +299,11 @@ class ReasoningStage:
             if self.st == DONE:
                 self.ws = ""
             if kind == TOOL:  # reasoning (if any) is over; the marker is the tool stage's
-                out.append((False, m))
+                out.append(Content(m))
         if self.st == DONE:
             rest, self.buf = buf[pos:], ""
             if rest:
-                out.append((False, rest))
+                out.append(Content(rest))
         else:
             self.buf = buf[pos:]
         if final:
@@ -318,7 +320,7 @@ class ReasoningStage:
             s = stripped
             if not s:
                 return
-        out.append((reasoning, s))
+        out.append(Reasoning(s) if reasoning else Content(s))
 
 
 __all__ = ["ReasoningFormat", "ReasoningStage", "FORMATS", "ALIASES", "HARMONY_REASONING_NAMES",

@@ -48,7 +48,7 @@ import re
 from dataclasses import dataclass, field
 
 from .calls import Calls
-from .events import Content, Reasoning
+from .events import Content, Event, Reasoning
 from .namedcalls import _python_literals
 from .pythonic import call_to_json
 from .scanner import find_marker
@@ -144,7 +144,8 @@ class ResponseTemplate:
 
 
 class ResponseTemplateStage:
-    """Sans-IO splitter driven by a :class:`ResponseTemplate`; emits through ``calls.out``.
+    """Sans-IO splitter driven by a :class:`ResponseTemplate`; ``feed``/``finish`` return
+    the events (written through ``calls``).
 
     State (plain data): ``cur`` current region (None: the null sink), ``opened`` (an
     explicit region was entered, or the implicit one received text), ``buf`` held text
@@ -169,13 +170,15 @@ class ResponseTemplateStage:
         for key in ("cur", "opened", "buf", "body", "marker"):
             setattr(self, key, data[key])
 
-    def feed(self, text: str) -> None:
+    def feed(self, text: str) -> list[Event]:
         self.buf += text
         self._run(final=False)
+        return self.calls.take()
 
-    def finish(self) -> None:
+    def finish(self) -> list[Event]:
         self._run(final=True)
         self._close()
+        return self.calls.take()
 
     # -- the machine ----------------------------------------------------------------------
     def _watch(self) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -38,7 +38,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from .calls import ERROR, MORE, Calls
-from .events import Content
+from .events import Content, Event
 from .formats import ToolFormat, parse_header
 from .gemmacalls import GemmaCall
 from .jsoncalls import JsonArgs, JsonCall, JsonList, JsonSequence
@@ -129,11 +129,14 @@ class ToolStage:
         self.body = BODIES[body[0]].load(body[1], self.fmt) if body else None
 
     # -- driving ----------------------------------------------------------------------
-    def feed(self, text: str) -> None:
+    def feed(self, text: str) -> list[Event]:
+        """Consume content text; returns the events it completes."""
         self.buf += text
         self._run(final=False)
+        return self.calls.take()
 
-    def finish(self) -> None:
+    def finish(self) -> list[Event]:
+        """End of output: flush what is held, close what is open; returns the events."""
         self._run(final=True)
         if self.st == HEADER:
             self._malformed()
@@ -142,6 +145,7 @@ class ToolStage:
         if self.ws and not self.calls.index:
             self.calls.out.append(Content(self.ws))  # blank output without calls stays content
         self.ws = ""
+        return self.calls.take()
 
     def _run(self, final: bool) -> None:
         buf, pos = self.buf, 0
@@ -381,12 +385,11 @@ class PassThrough:
     def __init__(self, calls: Calls) -> None:
         self.calls = calls
 
-    def feed(self, text: str) -> None:
-        if text:
-            self.calls.out.append(Content(text))
+    def feed(self, text: str) -> list[Event]:
+        return [Content(text)] if text else []
 
-    def finish(self) -> None:
-        pass
+    def finish(self) -> list[Event]:
+        return []
 
     def export(self) -> dict:
         return {}
