@@ -24,9 +24,10 @@ from ..derender.frontdoor_pipe import FrontDoorPipe
 from ..derender.frontdoors import FrontDoorDerenderer
 from ..derender.service import Derenderer
 from ..errors import OpenAIError
-from ..render.anthropic import render_messages
+from ..render.anthropic import messages_to_chat, render_messages
+from ..render.media import MediaInput, chat_media_parts, load_media_input, mm_payload
 from ..render.request import new_request_id
-from ..render.responses import render_responses
+from ..render.responses import render_responses, responses_to_chat
 from ..wire.frontdoors import (AnthropicMessagesRequest, DerenderMessagesRequest, DerenderMessagesStreamRequest,
                                DerenderResponsesRequest, DerenderResponsesStreamRequest, FrontDoorPipeHeader,
                                ResponsesRequest, error_body)
@@ -44,16 +45,22 @@ def routes(ctx: AppContext) -> list[Route]:
     d = Derenderer(ctx.bundle, ctx.config)
     fd = FrontDoorDerenderer(d)
 
+    async def media(messages: list[dict], req: Any) -> MediaInput | None:
+        """The request's images, loaded as the chat route loads them (400 on a text-only model)."""
+        return await load_media_input(ctx.multimodal, chat_media_parts(messages), mm_payload(req))
+
     async def responses_render(request: Request) -> JSONResponse:
         req = validate(ResponsesRequest, await read_json(request, ctx.config.max_body_bytes))
         ctx.check_model(req.model)
-        return JSONResponse(await ctx.run_cpu(render_responses, ctx.bundle, ctx.config, req))
+        loaded = await media(responses_to_chat(req)["messages"], req)
+        return JSONResponse(await ctx.run_cpu(render_responses, ctx.bundle, ctx.config, req, loaded))
 
     async def messages_render(request: Request) -> JSONResponse:
         req = validate(AnthropicMessagesRequest, await read_json(request, ctx.config.max_body_bytes))
         ctx.check_model(req.model)
         rid = request.headers.get("x-request-id") or new_request_id()
-        return JSONResponse(await ctx.run_cpu(render_messages, ctx.bundle, ctx.config, req, rid))
+        loaded = await media(messages_to_chat(req)["messages"], req)
+        return JSONResponse(await ctx.run_cpu(render_messages, ctx.bundle, ctx.config, req, rid, loaded))
 
     def derender(kind: str):
         plain, streamed = _DERENDER_BODIES[kind]

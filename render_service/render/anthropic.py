@@ -35,7 +35,9 @@ from ..http.common import validate
 from ..model import ModelBundle
 from ..wire.frontdoors import AnthropicMessagesRequest
 from ..wire.openai import ChatCompletionRequest
+from ..multimodal import anthropic_image_url
 from .chat import render_chat
+from .media import MediaInput
 
 BILLING_HEADER = "x-anthropic-billing-header"
 _PASS_FIELDS = ("model", "temperature", "top_p", "top_k", "cache_salt", "kv_transfer_params", "ec_transfer_params",
@@ -45,17 +47,18 @@ IMAGE_BLOCK = "image"
 
 
 def render_messages(bundle: ModelBundle, config: ServeConfig, req: AnthropicMessagesRequest,
-                    request_id: str) -> dict[str, Any]:
+                    request_id: str, media: MediaInput | None = None) -> dict[str, Any]:
     """An Anthropic Messages request → the `GenerateRequest` (``chatcmpl-<request_id>``, as
     vLLM's messages render names it). ``thinking.budget_tokens`` becomes
-    ``sampling_params.thinking_token_budget`` (vLLM's place for it).
+    ``sampling_params.thinking_token_budget`` (vLLM's place for it). ``media``: the loaded
+    ``image`` blocks (`render.media.load_media_input` over the converted messages).
 
     Raises:
         OpenAIError: 400 as the chat front door raises.
     """
     body = messages_to_chat(req)
     budget = body.pop("thinking_token_budget", None)
-    gen = render_chat(bundle, config, validate(ChatCompletionRequest, body), request_id)
+    gen = render_chat(bundle, config, validate(ChatCompletionRequest, body), request_id, media)
     if budget is not None:
         gen["sampling_params"]["thinking_token_budget"] = budget
     return gen
@@ -139,7 +142,7 @@ def _convert_message(msg: Any, out: list[dict]) -> None:
         if block.type == "text" and block.text:
             parts.append({"type": "text", "text": block.text})
         elif block.type == IMAGE_BLOCK and block.source:
-            parts.append({"type": "image_url", "image_url": {"url": image_url(block.source)}})
+            parts.append({"type": "image_url", "image_url": {"url": anthropic_image_url(block.source)}})
         elif block.type == "thinking" and block.thinking is not None:
             reasoning.append(block.thinking)
         elif block.type == "tool_use":
@@ -172,19 +175,10 @@ def _user_tool_result(block: Any, out: list[dict]) -> None:
             if item.get("type") == "text":
                 texts.append(item.get("text", ""))
             elif item.get("type") == IMAGE_BLOCK:
-                url = image_url(item.get("source", {}))
-                if url:
-                    images.append(url)
+                images.append(anthropic_image_url(item.get("source")))
         text = "\n".join(texts)
     else:
         text = ""
     out.append({"role": "tool", "tool_call_id": block.tool_use_id or "", "content": text or ""})
     if images:
         out.append({"role": "user", "content": [{"type": "image_url", "image_url": {"url": u}} for u in images]})
-
-
-def image_url(source: dict) -> str:
-    """An Anthropic image ``source`` → a URL (``url`` as is, ``base64`` as a data URL)."""
-    if source.get("type") == "url":
-        return source.get("url", "")
-    return f"data:{source.get('media_type', 'image/jpeg')};base64,{source.get('data', '')}"

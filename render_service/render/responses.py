@@ -32,6 +32,7 @@ from ..config import ServeConfig
 from ..wire.frontdoors import ResponsesRequest
 from ..wire.openai import ChatCompletionRequest
 from .chat import render_chat
+from .media import MediaInput
 from .request import new_request_id
 
 # Responses fields that mean the same in a chat request.
@@ -43,17 +44,20 @@ _SAME_FIELDS = ("model", "temperature", "top_p", "top_k", "min_p", "repetition_p
 OUTPUT_LOGPROBS = "message.output_text.logprobs"
 
 
-def render_responses(bundle: ModelBundle, config: ServeConfig, req: ResponsesRequest) -> dict[str, Any]:
+def render_responses(bundle: ModelBundle, config: ServeConfig, req: ResponsesRequest,
+                     media: MediaInput | None = None) -> dict[str, Any]:
     """A Responses request → the `GenerateRequest` vLLM 0.33 returns for it: the chat render
     of the converted conversation in Responses' own envelope — ``request_id`` is the body's
     (default ``resp_<16 hex>``; vLLM ignores ``X-Request-Id`` here), no ``parse_context`` or
     ``reasoning_ended``, and ``sampling_params.extra_args`` always present (vLLM passes a dict).
+    ``media``: the request's loaded ``input_image`` parts (`render.media.load_media_input`
+    over the converted messages), as for chat.
 
     Raises:
         OpenAIError: 400 as `responses_to_chat` and the chat front door raise.
     """
     chat = validate(ChatCompletionRequest, responses_to_chat(req))
-    gen = render_chat(bundle, config, chat, "")
+    gen = render_chat(bundle, config, chat, "", media)
     gen["request_id"] = req.request_id or f"resp_{new_request_id()}"
     gen["parse_context"] = None
     gen["reasoning_ended"] = None
