@@ -15,11 +15,16 @@ from .. import policy
 from ..config import ServeConfig
 from ..errors import bad_request
 from ..model import ModelBundle
-from ..model.templates import TemplateRenderError, compile_template
+from ..model.templates import TemplateError, TemplateRenderError, compile_template
 from ..wire.openai import ChatCompletionRequest
 from .media import MediaInput
 from .messages import history_tool_call_count, prepare_messages
-from .request import check_logprobs, generate_request, refuse_beam_search, resolve_max_tokens, sampling_params, truncate
+from .request import (
+    check_logprobs, check_min_tokens, generate_request, refuse_beam_search, resolve_max_tokens, sampling_params,
+    token_offsets, truncate,
+)
+from .tool_constraints import ToolConstraint, tool_constraint
+from .turns import fields as turn_fields, render_turn
 
 # Prompt tail handed to the reasoning parser to decide its starting state: enough for
 # "<|im_start|>assistant\n<think>\n\n</think>\n\n" and its kin, bounded so it stays cheap.
@@ -56,22 +61,38 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
         text, token_ids = _render_and_encode(bundle, config, req, template, kwargs, tool_choice, media is not None)
         if media is not None:
             token_ids, features = media.expand(token_ids)
-    token_ids = truncate(token_ids, req.truncate_prompt_tokens, bundle.max_model_len)
+    turn = render_turn(bundle, config, req, template, kwargs, token_ids, media is not None) if reused is None else None
+    if turn is not None:
+        token_ids = turn.token_ids
+    offsets = None
+    if req.return_token_offsets and reused is None and media is None:
+        offsets = token_offsets(bundle, text, req.add_special_tokens, len(token_ids))
+    token_ids = truncate(token_ids, req.truncate_prompt_tokens, bundle.max_model_len, req.truncation_side)
+    if offsets is not None:
+        offsets = truncate(offsets, req.truncate_prompt_tokens, bundle.max_model_len, req.truncation_side)
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     max_tokens = resolve_max_tokens(bundle, len(token_ids), requested, param)
+    check_min_tokens(req.min_tokens, max_tokens)
 
     reasoning_active = bool(config.reasoning_parser)
     skip = policy.skip_special_tokens(req.skip_special_tokens, policy.parser_active(config, tool_choice),
                                       default=bool(bundle.generation_config.get("skip_special_tokens", True)))
+    constraint = chat_tool_constraint(config, req, tool_choice)
+    prompt_logprobs = req.prompt_logprobs
+    if prompt_logprobs is None and req.echo:
+        prompt_logprobs = req.top_logprobs or 0
     params = sampling_params(req, bundle, max_tokens, skip, (req.top_logprobs or 0) if req.logprobs else None,
-                             req.prompt_logprobs)
+                             prompt_logprobs,
+                             structured_outputs=constraint.structured_outputs if constraint.replaces_request else True)
 
     effective_kwargs = {
         **kwargs,
         "add_generation_prompt": req.add_generation_prompt,
         "continue_final_message": req.continue_final_message,
     }
+    if req.documents is not None:
+        effective_kwargs["documents"] = req.documents
     reasoning_ended = starts_in_reasoning = None
     if reasoning_active:
         tail = text[-_PROMPT_TAIL_CHARS:]
@@ -90,7 +111,7 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
     }
     if starts_in_reasoning is not None:  # an extension derender reads instead of decoding the prompt
         parse_context["starts_in_reasoning"] = starts_in_reasoning
-    return generate_request(
+    out = generate_request(
         req,
         request_id=f"chatcmpl-{request_id}",
         token_ids=token_ids,
@@ -99,7 +120,16 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
         reasoning_parser_kwargs={"chat_template_kwargs": effective_kwargs} if reasoning_active else None,
         parse_context=parse_context,
         features=features,
-    )
+    ) | turn_fields(turn)
+    out["token_offsets"] = offsets
+    return out
+
+
+def chat_tool_constraint(config: ServeConfig, req: ChatCompletionRequest, tool_choice: str | dict) -> ToolConstraint:
+    """The ``structured_outputs`` the request's ``tool_choice`` calls for under this server's
+    tool parser (`render.tool_constraints`); its ``note`` says when a forced call is unenforced."""
+    parser = config.tool_call_parser if policy.tool_parser_active(config) else None
+    return tool_constraint(parser, req, tool_choice, getattr(config, "tool_strict_level", None) or "auto")
 
 
 def _render_and_encode(
@@ -124,7 +154,9 @@ def _render_and_encode(
             **{**bundle.special_tokens, **kwargs},
         )
     except TemplateRenderError as exc:
-        raise bad_request(f"Chat template error: {exc}", "messages") from None
+        raise bad_request(f"Chat template error: {exc}", exc.param) from None
+    except TemplateError as exc:
+        raise bad_request(str(exc), exc.param) from None
 
     if sanitizer is None:
         token_ids = bundle.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
