@@ -1,44 +1,42 @@
 """Pick parsers from a chat template (``--tool-call-parser auto`` / ``--reasoning-parser auto``).
 
 A template that *renders* a format's tool calls also shows what the model writes, so the
-markers it contains identify the family. Rules are checked in order; the first hit wins.
-Checked against every template in ``../shared/templates`` (tests/test_parsers_templates.py).
+markers it contains identify the family. The evidence lives in the format rows
+(``ToolFormat.detect`` / ``ReasoningFormat.detect``: needle sets, all of one set must be
+in the template); the rules here are derived from them: more needles first (the more
+specific evidence: ``<tool_call>`` + ``<arg_key>`` is GLM before ``<tool_call>`` alone is
+Hermes), then the rows' table order. Harmony (gpt-oss) has no row and leads. Checked
+against every template in ``../shared/templates`` (tests/test_parsers_templates.py).
 """
 
 from __future__ import annotations
 
-# (markers that must all be present, tool parser) — most specific first
-_TOOL_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("<|channel|>", "<|message|>"), "openai"),
-    (("<minimax:tool_call>",), "minimax_m2"),
-    (("<|tool_calls_section_begin|>",), "kimi_k2"),
-    (("<｜tool▁calls▁begin｜>", "```json"), "deepseek_v3"),
-    (("<｜tool▁calls▁begin｜>",), "deepseek_v31"),
-    (("<arg_key>",), "glm45"),
-    (("<seed:tool_call>",), "seed_oss"),
-    (("<function=", "<parameter="), "qwen3_coder"),
-    (("[TOOL_CALLS]",), "mistral"),
-    (("<|tool_call|>",), "granite"),
-    (("<tool_call>",), "hermes"),
-    (("<|python_start|>",), "llama4_pythonic"),
-    (("<|python_tag|>",), "llama3_json"),
-    (("functools",), "phi4_mini_json"),
-    (("<|tool|>", "<|/tool|>"), "phi4_mini_json"),
-    (("<|start_header_id|>", '"parameters"'), "llama3_json"),
-)
+from functools import lru_cache
 
-_REASONING_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("<|channel|>", "<|message|>"), "openai_gptoss"),
-    (("<minimax:tool_call>", "<think>"), "minimax_m2"),
-    (("<seed:think>",), "seed_oss"),
-    (("[THINK]",), "mistral"),
-    (("thought process",), "granite"),
-    (("<｜Assistant｜>", "</think>", "thinking"), "deepseek_v3"),
-    (("<｜Assistant｜>", "</think>"), "deepseek_r1"),
-    (("<arg_key>", "<think>"), "glm45"),
-    (("<|im_middle|>", "<think>"), "kimi_k2"),
-    (("<|im_start|>", "<think>"), "qwen3"),
-)
+from . import formats, reasoning
+
+Rules = tuple[tuple[tuple[str, ...], str], ...]
+
+_HARMONY = ("<|channel|>", "<|message|>")
+
+
+def _rules(rows: dict, harmony_name: str) -> Rules:
+    found = [(needles, name, order) for order, (name, row) in enumerate(rows.items())
+             for needles in row.detect]
+    found.sort(key=lambda r: (-len(r[0]), r[2]))
+    return ((_HARMONY, harmony_name),) + tuple((needles, name) for needles, name, _ in found)
+
+
+@lru_cache(maxsize=1)
+def tool_rules() -> Rules:
+    """``((needles, tool parser name), …)`` in the order they are tried."""
+    return _rules(formats.FORMATS, formats.HARMONY_TOOL_NAMES[0])
+
+
+@lru_cache(maxsize=1)
+def reasoning_rules() -> Rules:
+    """``((needles, reasoning parser name), …)`` in the order they are tried."""
+    return _rules(reasoning.FORMATS, reasoning.HARMONY_REASONING_NAMES[0])
 
 
 def detect_parsers(chat_template: str | None,
@@ -64,7 +62,7 @@ def detect_parsers(chat_template: str | None,
                 return name
         return None
 
-    return first(_REASONING_RULES), first(_TOOL_RULES)
+    return first(reasoning_rules()), first(tool_rules())
 
 
-__all__ = ["detect_parsers"]
+__all__ = ["detect_parsers", "tool_rules", "reasoning_rules"]

@@ -54,6 +54,8 @@ class ToolFormat:
     * ``list_after_begin``: ``[`` right after ``call_begin`` opens a JSON list (mistral
       before v11) instead of a header.
     * ``strict``: envelopes need ``name`` and ``arguments``/``parameters`` (llama3_json).
+    * ``detect``: needle sets for ``--tool-call-parser auto``: a chat template holding every
+      needle of one set renders this family's calls (:mod:`parsers.detect`).
     * ``name_keys``/``arg_keys``: envelope keys holding the name / the arguments
       (Cohere ``tool_name``, Inkling ``args``); empty means the defaults of
       :class:`parsers.jsoncalls.JsonCall`.
@@ -82,6 +84,7 @@ class ToolFormat:
     arg_keys: tuple[str, ...] = ()
     drop: tuple[str, ...] = ()
     quote: str = ""
+    detect: tuple[tuple[str, ...], ...] = ()  # template needles for ``auto`` (parsers.detect)
     families: str = ""           # human-readable model families (for SUPPORTED.md)
 
     @property
@@ -157,6 +160,7 @@ QWEN_XML = XmlDialect(key_begin="<parameter=", key_end=">", value_end="</paramet
 
 FORMATS: dict[str, ToolFormat] = {f.name: f for f in (
     ToolFormat("hermes", "envelope", call_begin=("<tool_call>",), call_end=("</tool_call>",),
+               detect=(("<tool_call>",),),
                families="Hermes 2 Pro / Hermes 3, Qwen2.5, Qwen3 (JSON calls), QwQ, SmolLM3"),
     ToolFormat("granite4", "envelope", call_begin=("<tool_call>",), call_end=("</tool_call>",),
                families="Granite 4"),
@@ -169,42 +173,52 @@ FORMATS: dict[str, ToolFormat] = {f.name: f for f in (
     ToolFormat("llama3_json", "sequence", strict=True, at_start=(("{", "sequence"),),
                call_begin=("<|python_tag|>", "<|python_start|><|python_end|>", "<|python_start|>"),
                call_end=("<|python_end|>",),
+               detect=(("<|python_tag|>",), ("<|start_header_id|>", '"parameters"')),
                families="Llama 3.1 / 3.2 / 3.3 (JSON), Llama 4 (JSON)"),
     ToolFormat("granite", "list", call_begin=("<|tool_call|>", "<tool_call>"),
+               detect=(("<|tool_call|>",),),
                families="Granite 3.0 / 3.1 / 3.2 / 3.3"),
     ToolFormat("jamba", "list", call_begin=("<tool_calls>",), call_end=("</tool_calls>",),
                families="Jamba 1.5 / 1.6"),
     ToolFormat("hunyuan_a13b", "list", call_begin=("<tool_calls>",), call_end=("</tool_calls>",),
                families="Hunyuan-A13B"),
-    ToolFormat("phi4_mini_json", "list", call_begin=("functools",), families="Phi-4-mini"),
+    ToolFormat("phi4_mini_json", "list", call_begin=("functools",), detect=(("functools",), ("<|tool|>", "<|/tool|>")),
+               families="Phi-4-mini"),
     ToolFormat("xlam", "list", at_start=(("[", "list"),), families="xLAM (bare JSON list)"),
     ToolFormat("mistral", "args", call_begin=("[TOOL_CALLS]",), header_end=("[ARGS]",),
                header_peek=("{",), header="mistral", list_after_begin=True,
+               detect=(("[TOOL_CALLS]",),),
                families="Mistral 7B v0.3, NeMo, Small 3.x, Devstral, Magistral"),
     ToolFormat("deepseek_v3", "args", call_begin=(_DS_CALL,), section_begin=_DS_SECTION[0],
                section_end=_DS_SECTION[1], header_end=("```json",), header="after:" + _DS_SEP,
-               call_end=(_DS_END,), junk="`", families="DeepSeek V3, DeepSeek R1"),
+               call_end=(_DS_END,), junk="`", detect=((_DS_SECTION[0][0], "```json"),),
+               families="DeepSeek V3, DeepSeek R1"),
     ToolFormat("deepseek_v31", "args", call_begin=(_DS_CALL,), section_begin=_DS_SECTION[0],
                section_end=_DS_SECTION[1], header_end=(_DS_SEP,), call_end=(_DS_END,),
+               detect=((_DS_SECTION[0][0],),),
                families="DeepSeek V3.1 / V3.2"),
     ToolFormat("kimi_k2", "args", call_begin=("<|tool_call_begin|>",),
                section_begin=("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>"),
                section_end=("<|tool_calls_section_end|>", "<|tool_call_section_end|>"),
                header_end=("<|tool_call_argument_begin|>",), header="kimi",
-               call_end=("<|tool_call_end|>",), families="Kimi K2 / K2.5"),
+               call_end=("<|tool_call_end|>",), detect=(("<|tool_calls_section_begin|>",),),
+               families="Kimi K2 / K2.5"),
     ToolFormat("qwen3_coder", "xml", call_begin=("<function=",), section_begin=("<tool_call>",),
                section_end=("</tool_call>",), call_begin_in_text=True, header_end=(">",),
-               xml=QWEN_XML, families="Qwen3-Coder, Qwen3.5 (XML calls)"),
+               xml=QWEN_XML, detect=(("<function=", "<parameter="),),
+               families="Qwen3-Coder, Qwen3.5 (XML calls)"),
     ToolFormat("seed_oss", "xml", call_begin=("<function=",), section_begin=("<seed:tool_call>",),
                section_end=("</seed:tool_call>",), call_begin_in_text=True, header_end=(">",),
                xml=XmlDialect(key_begin="<parameter=", key_end=">", value_end="</parameter>",
                               call_end=("</function>",), call_end_peek=("</seed:tool_call>",)),
+               detect=(("<seed:tool_call>",),),
                families="Seed-OSS"),
     ToolFormat("glm45", "xml", call_begin=("<tool_call>",),
                header_peek=("<arg_key>", "</tool_call>"),
                xml=XmlDialect(key_begin="<arg_key>", key_end="</arg_key>",
                               value_begin="<arg_value>", value_end="</arg_value>",
                               call_end=("</tool_call>",), trim_newline=False),
+               detect=(("<tool_call>", "<arg_key>"),),
                families="GLM-4.5 / 4.6 / 4.7"),
     ToolFormat("minimax_m2", "xml", call_begin=("<invoke name=",),
                section_begin=("<minimax:tool_call>",), section_end=("</minimax:tool_call>",),
@@ -212,11 +226,13 @@ FORMATS: dict[str, ToolFormat] = {f.name: f for f in (
                xml=XmlDialect(key_begin="<parameter name=", key_end=">", value_end="</parameter>",
                               call_end=("</invoke>",), call_end_peek=("</minimax:tool_call>",),
                               quoted_key=True, trim_newline=False),
+               detect=(("<minimax:tool_call>",),),
                families="MiniMax-M2"),
     ToolFormat("pythonic", "pythonic", at_start=(("[", "pythonic"),),
                families="Llama 3.2 (pythonic), ToolACE"),
     ToolFormat("llama4_pythonic", "pythonic", call_begin=("<|python_start|>",),
                call_end=("<|python_end|>",), at_start=(("[", "pythonic"),),
+               detect=(("<|python_start|>",),),
                families="Llama 4 (pythonic)"),
 )}
 

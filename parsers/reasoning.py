@@ -87,6 +87,8 @@ class ReasoningFormat:
     * ``trim_trailing``: trailing whitespace of the reasoning is dropped (kimi_k2).
     * ``content_prefix``: no split at all, content starts with this text
       (minimax_m2_append_think).
+    * ``detect``: needle sets for ``--reasoning-parser auto``: a chat template holding every
+      needle of one set is this family's (:mod:`parsers.detect`).
     """
 
     name: str
@@ -99,6 +101,7 @@ class ReasoningFormat:
     tool_ends: bool = False
     trim_trailing: bool = False
     content_prefix: str | None = None
+    detect: tuple[tuple[str, ...], ...] = ()
     families: str = ""
 
     def active(self, kwargs: dict) -> bool:
@@ -119,24 +122,33 @@ class ReasoningFormat:
 
 FORMATS: dict[str, ReasoningFormat] = {f.name: f for f in (
     ReasoningFormat("qwen3", default_on=False,
+                    detect=(("<|im_start|>", "<think>"),),
                     families="Qwen3, Qwen3-2507 thinking, QwQ"),
-    ReasoningFormat("deepseek_r1", off_kwargs=(), families="DeepSeek R1 and distills"),
+    ReasoningFormat("deepseek_r1", off_kwargs=(), detect=(("<｜Assistant｜>", "</think>"),),
+                    families="DeepSeek R1 and distills"),
     ReasoningFormat("deepseek_v3", on_kwargs=("thinking", "enable_thinking"),
+                    detect=(("<｜Assistant｜>", "</think>", "thinking"),),
                     families="DeepSeek V3.1 / V3.2 (thinking flag)"),
     ReasoningFormat("holo2", on_kwargs=("thinking", "enable_thinking"), on_by_default=True,
                     families="Holo2 (deepseek_v3, thinking on by default)"),
-    ReasoningFormat("glm45", default_on=False, families="GLM-4.5 / 4.6 / 4.7"),
+    ReasoningFormat("glm45", default_on=False, detect=(("<arg_key>", "<think>"),),
+                    families="GLM-4.5 / 4.6 / 4.7"),
     ReasoningFormat("kimi_k2", default_on=False, tool_ends=True, trim_trailing=True,
+                    detect=(("<|im_middle|>", "<think>"),),
                     families="Kimi K2 thinking"),
-    ReasoningFormat("minimax_m2", off_kwargs=(), families="MiniMax-M2"),
+    ReasoningFormat("minimax_m2", off_kwargs=(), detect=(("<minimax:tool_call>", "<think>"),),
+                    families="MiniMax-M2"),
     ReasoningFormat("minimax_m2_append_think", content_prefix="<think>",
                     families="MiniMax-M2 (reasoning kept inline)"),
     ReasoningFormat("mistral", start=("[THINK]",), end=("[/THINK]",), default_on=False,
+                    detect=(("[THINK]",),),
                     families="Magistral (tokenizer v13+)"),
     ReasoningFormat("granite", start=("Here is my thought process:", "Here's my thought process:"),
                     end=("Here is my response:", "Here's my response:"), default_on=False,
+                    detect=(("thought process",),),
                     families="Granite 3.2 / 3.3 (thinking=True)"),
     ReasoningFormat("seed_oss", start=("<seed:think>",), end=("</seed:think>",), default_on=False,
+                    detect=(("<seed:think>",),),
                     families="Seed-OSS"),
 )}
 

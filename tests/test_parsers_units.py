@@ -267,3 +267,17 @@ def test_prompt_ends_reasoning_only_when_the_prompt_rules_thinking_out():
     assert prompt_ends_reasoning("deepseek_v3", bare, {}) is True           # thinking flag off: no reasoning
     assert prompt_ends_reasoning("openai_gptoss", bare, {}) is False
     assert prompt_ends_reasoning(None, closed_tail, {}) is False
+
+
+def test_detect_rules_are_derived_from_the_format_rows():
+    """``auto`` knows exactly the needles the rows declare; more needles are tried first
+    (more specific evidence), then table order; Harmony (no row) leads."""
+    from parsers import formats, reasoning
+    from parsers.detect import detect_parsers, reasoning_rules, tool_rules
+    for rules, rows in ((tool_rules(), formats.FORMATS), (reasoning_rules(), reasoning.FORMATS)):
+        assert rules[0][0] == ("<|channel|>", "<|message|>")
+        assert sorted(rules[1:]) == sorted((n, name) for name, row in rows.items() for n in row.detect)
+        sizes = [len(needles) for needles, _ in rules[1:]]
+        assert sizes == sorted(sizes, reverse=True)
+    assert detect_parsers("<tool_call>{...}</tool_call><arg_key>k</arg_key>")[1] == "glm45"
+    assert detect_parsers("<tool_call>{...}</tool_call>")[1] == "hermes"
