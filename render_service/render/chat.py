@@ -15,7 +15,7 @@ from .. import policy
 from ..config import ServeConfig
 from ..errors import bad_request
 from ..model import ModelBundle
-from ..model.templates import TemplateError, TemplateRenderError, compile_template
+from ..model.templates import TemplateRenderError, compile_template
 from ..wire.openai import ChatCompletionRequest
 from .media import MediaInput
 from .messages import history_tool_call_count, prepare_messages
@@ -24,7 +24,6 @@ from .request import (
     token_offsets, truncate,
 )
 from .tool_constraints import ToolConstraint, tool_constraint
-from .turns import fields as turn_fields, render_turn
 
 # Prompt tail handed to the reasoning parser to decide its starting state: enough for
 # "<|im_start|>assistant\n<think>\n\n</think>\n\n" and its kin, bounded so it stays cheap.
@@ -61,9 +60,6 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
         text, token_ids = _render_and_encode(bundle, config, req, template, kwargs, tool_choice, media is not None)
         if media is not None:
             token_ids, features = media.expand(token_ids)
-    turn = render_turn(bundle, config, req, template, kwargs, token_ids, media is not None) if reused is None else None
-    if turn is not None:
-        token_ids = turn.token_ids
     offsets = None
     if req.return_token_offsets and reused is None and media is None:
         offsets = token_offsets(bundle, text, req.add_special_tokens, len(token_ids))
@@ -120,7 +116,7 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
         reasoning_parser_kwargs={"chat_template_kwargs": effective_kwargs} if reasoning_active else None,
         parse_context=parse_context,
         features=features,
-    ) | turn_fields(turn)
+    )
     out["token_offsets"] = offsets
     return out
 
@@ -154,9 +150,7 @@ def _render_and_encode(
             **{**bundle.special_tokens, **kwargs},
         )
     except TemplateRenderError as exc:
-        raise bad_request(f"Chat template error: {exc}", exc.param) from None
-    except TemplateError as exc:
-        raise bad_request(str(exc), exc.param) from None
+        raise bad_request(f"Chat template error: {exc}", "messages") from None
 
     if sanitizer is None:
         token_ids = bundle.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)

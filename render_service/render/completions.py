@@ -9,7 +9,9 @@ from ..errors import bad_request, check_token_ids
 from ..model import ModelBundle
 from ..policy import skip_special_tokens
 from ..wire.openai import CompletionRequest
-from .request import check_logprobs, generate_request, refuse_beam_search, resolve_max_tokens, sampling_params, truncate
+from .request import (
+    check_logprobs, check_min_tokens, generate_request, refuse_beam_search, resolve_max_tokens, sampling_params, truncate,
+)
 
 
 def render_completion(
@@ -39,8 +41,9 @@ def render_completion(
             token_ids = list(prompt)
         if not token_ids:
             raise bad_request("The prompt is empty after tokenization.", "prompt")
-        token_ids = truncate(token_ids, req.truncate_prompt_tokens, bundle.max_model_len)
+        token_ids = truncate(token_ids, req.truncate_prompt_tokens, bundle.max_model_len, req.truncation_side)
         max_tokens = resolve_max_tokens(bundle, len(token_ids), req.max_tokens, "max_tokens")
+        check_min_tokens(req.min_tokens, max_tokens)
         params = sampling_params(req, bundle, max_tokens, skip, req.logprobs)
         rid = f"cmpl-{request_id}" if len(prompts) == 1 else f"cmpl-{request_id}-{i}"
         out.append(

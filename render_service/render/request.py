@@ -58,8 +58,10 @@ def check_logprobs(config: ServeConfig, requested: dict[str, int | None]) -> Non
             raise bad_request(f"{param}={value} exceeds the server limit --max-logprobs={config.max_logprobs}.", param)
 
 
-def truncate(token_ids: list[int], truncate_prompt_tokens: int | None, max_model_len: int) -> list[int]:
-    """Keep the last ``truncate_prompt_tokens`` ids (-1: the context minus one)."""
+def truncate(token_ids: list, truncate_prompt_tokens: int | None, max_model_len: int,
+             side: str | None = None) -> list:
+    """Keep ``truncate_prompt_tokens`` ids (-1: the context minus one): the last ones, or the
+    first ones with ``truncation_side: "right"`` (vLLM cuts on that side)."""
     if truncate_prompt_tokens is None:
         return token_ids
     keep = max_model_len - 1 if truncate_prompt_tokens == -1 else truncate_prompt_tokens
@@ -68,11 +70,32 @@ def truncate(token_ids: list[int], truncate_prompt_tokens: int | None, max_model
             f"truncate_prompt_tokens={truncate_prompt_tokens} is larger than the maximum context length {max_model_len}.",
             "truncate_prompt_tokens",
         )
-    return token_ids[-keep:] if keep else []
+    if not keep:
+        return []
+    return token_ids[:keep] if side == "right" else token_ids[-keep:]
+
+
+def check_min_tokens(min_tokens: int, max_tokens: int) -> None:
+    """Raises `OpenAIError` 400 when ``min_tokens`` exceeds the resolved ``max_tokens`` (vLLM's
+    `SamplingParams` check, param null as there)."""
+    if min_tokens > max_tokens:
+        raise bad_request(f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.")
+
+
+def token_offsets(bundle: ModelBundle, text: str, add_special_tokens: bool, count: int) -> list[list[int]] | None:
+    """``[start, end]`` character offsets of each prompt token in the templated text
+    (``return_token_offsets``), from the HF tokenizer; None when they do not line up with
+    the ``count`` ids rendered."""
+    hf = getattr(bundle.tokenizer, "hf", None)
+    if hf is None:
+        return None
+    offsets = [list(o) for o in hf.encode(text, add_special_tokens=add_special_tokens).offsets]
+    return offsets if len(offsets) == count else None
 
 
 def sampling_params(req: Any, bundle: ModelBundle, max_tokens: int, skip_special: bool, logprobs: int | None,
-                    prompt_logprobs: int | None = None) -> dict[str, Any]:
+                    prompt_logprobs: int | None = None, *, structured_outputs: dict | None | bool = True,
+                    ) -> dict[str, Any]:
     """`build_sampling_params` with the model's generation defaults and EOS ids."""
     return build_sampling_params(
         req,
@@ -82,6 +105,7 @@ def sampling_params(req: Any, bundle: ModelBundle, max_tokens: int, skip_special
         skip_special_tokens=skip_special,
         logprobs=logprobs,
         prompt_logprobs=prompt_logprobs,
+        structured_outputs=structured_outputs,
     )
 
 

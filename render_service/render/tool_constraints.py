@@ -1,0 +1,274 @@
+"""``tool_choice`` → the output constraint a tokens-only engine enforces, as vLLM 0.33 sends it.
+
+With ``tool_choice: "required"`` or a named tool (and ``parallel_tool_calls: false``, or a
+tool marked ``strict``, under ``"auto"``) vLLM's render replaces ``structured_outputs`` with a
+*structural tag*: an xgrammar grammar that forces the model's own call syntax — the family's
+begin/end markers around arguments that are any JSON value, or the tool's parameter schema
+where the tool is ``strict`` (``parser/abstract_parser.py::_apply_structural_tag``,
+``tool_parsers/structural_tag_registry.py`` and xgrammar's builtin model tags). Families
+without a structural-tag model but whose parser reads a plain JSON answer get a JSON schema
+instead (``tool_parsers/utils.py::get_json_schema_from_tools``): an array of
+``{name, parameters}`` for ``required``, the tool's parameters for a named tool. Every shape
+here is checked against vLLM's own output in ``tests/fixtures/vllm/recorded/structural-tags.json``.
+
+A family with neither (``mistral``, which vLLM constrains only with its own tokenizer's
+grammar, or a tag model not built here) leaves the request unconstrained; `ToolConstraint.note`
+says so and the render route reports it in the ``X-Tool-Choice-Unconstrained`` header.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..policy import named_tool
+from .sampling import structured_outputs_object
+
+# Tool parser name → vLLM's structural-tag model (the tool parser class's `structural_tag_model`).
+STRUCTURAL_TAG_MODELS = {
+    "hermes": "hermes", "qwen3_json": "hermes", "longcat": "longcat",
+    "llama3_json": "llama", "llama4_json": "llama",
+    "qwen3_xml": "qwen_3_coder", "qwen3_coder": "qwen_3_coder",
+    "deepseek_v3": "deepseek_r1", "deepseek_v31": "deepseek_v3_1",
+    "kimi_k2": "kimi", "minimax_m2": "minimax",
+    "glm45": "glm_4_7", "glm47": "glm_4_7", "openai": "harmony",
+}
+# Tool parsers whose output vLLM constrains with a JSON schema for required / named choices.
+JSON_SCHEMA_PARSERS = frozenset({
+    "pythonic", "llama4_pythonic", "granite", "granite4", "granite-20b-fc", "internlm", "jamba",
+    "hunyuan_a13b", "phi4_mini_json", "xlam", "seed_oss",
+})
+STRICT_LEVELS = ("auto", "function", "parameter")
+_THINK = ["<think>", "</think>"]
+
+
+@dataclass(frozen=True)
+class ToolConstraint:
+    """What render puts in ``sampling_params.structured_outputs`` for the request's tools.
+
+    ``structured_outputs``: the object to send, or None for none. ``replaces_request``: the
+    request's own ``structured_outputs`` / ``response_format`` are dropped (vLLM clears them).
+    ``note``: set when the request asks for a call that nothing enforces (why, for the caller).
+    """
+
+    structured_outputs: dict | None
+    replaces_request: bool
+    note: str | None = None
+
+
+KEEP = ToolConstraint(None, False)
+
+
+# ---- xgrammar structural-tag nodes, with the default fields vLLM's model_dump writes ----------
+
+def _json(schema: Any, style: str = "json") -> dict:
+    return {"type": "json_schema", "json_schema": schema, "style": style, "any_order": False,
+            "max_whitespace_cnt": None, "excludes": []}
+
+
+def _tag(begin: str, content: dict, end: str) -> dict:
+    return {"type": "tag", "begin": begin, "content": content, "end": end}
+
+
+def _const(value: str) -> dict:
+    return {"type": "const_string", "value": value}
+
+
+def _seq(*elements: dict) -> dict:
+    return {"type": "sequence", "elements": list(elements)}
+
+
+def _separated(tags: list, separator: str, *, at_least_one: bool, stop_after_first: bool) -> dict:
+    return {"type": "tags_with_separator", "tags": tags, "separator": separator,
+            "at_least_one": at_least_one, "stop_after_first": stop_after_first}
+
+
+def _triggered(triggers: list[str], tags: list, *, at_least_one: bool = False, stop_after_first: bool = False,
+               excludes: list[str] | None = None) -> dict:
+    return {"type": "triggered_tags", "triggers": triggers, "tags": tags, "at_least_one": at_least_one,
+            "stop_after_first": stop_after_first, "excludes": list(excludes or [])}
+
+
+# ---- one builder per structural-tag model: (tools, choice) -> format ---------------------------
+# ``tools``: [(name, argument schema or True)], already filtered to the named tool for "forced".
+# ``choice``: "auto" | "required" | "forced" (xgrammar's simplified tool choice).
+
+Tools = list[tuple[str, Any]]
+
+
+def _hermes_style(start: str, end: str) -> Callable[[Tools, str], dict]:
+    def build(tools: Tools, choice: str) -> dict:
+        tags = [_tag(f"{start}{nl}{{\"name\": \"{name}\", \"arguments\": ", _json(schema), f"}}{nl}{end}")
+                for name, schema in tools for nl in ("\n", "")]
+        if choice == "auto":
+            return _triggered([start], tags)
+        return _separated(tags, "", at_least_one=True, stop_after_first=choice == "forced")
+    return build
+
+
+def _single_or_triggered(trigger: str, begin: Callable[[str], str], end: str, style: str):
+    """xgrammar's builtin shape for llama / qwen_3_coder: one tag when forced, else triggered tags."""
+    def build(tools: Tools, choice: str) -> dict:
+        tags = [_tag(begin(name), _json(schema, style), end) for name, schema in tools]
+        if choice == "forced":
+            return tags[0]
+        return _triggered([trigger], tags, at_least_one=choice == "required", excludes=_THINK)
+    return build
+
+
+def _deepseek(call_begin: Callable[[str], str], call_end: str, separator: str):
+    calls_begin, calls_end = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+
+    def build(tools: Tools, choice: str) -> dict:
+        if choice == "forced":
+            name, schema = tools[0]
+            return _tag(calls_begin + call_begin(name), _json(schema), call_end + calls_end)
+        section = _tag(calls_begin, _separated([_tag(call_begin(n), _json(s), call_end) for n, s in tools],
+                                               separator, at_least_one=True, stop_after_first=False), calls_end)
+        if choice == "required":
+            return section
+        return _triggered([calls_begin], [section], excludes=_THINK)
+    return build
+
+
+def _kimi(tools: Tools, choice: str) -> dict:
+    section_begin, section_end = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+    tags = [_tag(f"<|tool_call_begin|>functions.{name}:",
+                 _seq({"type": "regex", "pattern": "\\d+"}, _const("<|tool_call_argument_begin|>"), _json(schema)),
+                 "<|tool_call_end|>") for name, schema in tools]
+    if choice == "forced":
+        return _seq(_const(section_begin), tags[0], _const(section_end))
+    calls = _separated(tags, "", at_least_one=True, stop_after_first=False)
+    if choice == "required":
+        return _seq(_const(section_begin), calls, _const(section_end))
+    return _triggered([section_begin], [_tag(section_begin, calls, section_end)],
+                      excludes=[*_THINK, "<|tool_call_begin|>"])
+
+
+def _minimax(tools: Tools, choice: str) -> dict:
+    tags = [_tag(f'<invoke name="{name}">\n', _json(schema, "minimax_xml"), "</invoke>\n") for name, schema in tools]
+    calls = _separated(tags, "", at_least_one=True, stop_after_first=choice == "forced")
+    if choice == "auto":
+        return _triggered(["<minimax:tool_call>"], [_tag("<minimax:tool_call>\n", calls, "</minimax:tool_call>")],
+                          excludes=_THINK)
+    return _seq(_const("\n<minimax:tool_call>\n"), calls, _const("</minimax:tool_call>"))
+
+
+BUILDERS: dict[str, Callable[[Tools, str], dict]] = {
+    "hermes": _hermes_style("<tool_call>", "</tool_call>"),
+    "longcat": _hermes_style("<longcat_tool_call>", "</longcat_tool_call>"),
+    "llama": _single_or_triggered('{"name": ', lambda n: f'{{"name": "{n}", "parameters": ', "}", "json"),
+    "qwen_3_coder": _single_or_triggered("<tool_call>\n<function=", lambda n: f"<tool_call>\n<function={n}>\n",
+                                         "\n</function>\n</tool_call>", "qwen_xml"),
+    "deepseek_r1": _deepseek(lambda n: f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{n}\n```json\n",
+                             "\n```<｜tool▁call▁end｜>", "\n"),
+    "deepseek_v3_1": _deepseek(lambda n: f"<｜tool▁call▁begin｜>{n}<｜tool▁sep｜>", "<｜tool▁call▁end｜>", ""),
+    "kimi": _kimi,
+    "minimax": _minimax,
+}
+
+
+def limit_to_single_call(node: Any) -> Any:
+    """``parallel_tool_calls: false``: every call list in the tag stops after its first call
+    (vLLM's `limit_to_single_tool_call`)."""
+    if isinstance(node, dict):
+        if node.get("type") in ("triggered_tags", "tags_with_separator"):
+            node["stop_after_first"] = True
+        for value in node.values():
+            limit_to_single_call(value)
+    elif isinstance(node, list):
+        for item in node:
+            limit_to_single_call(item)
+    return node
+
+
+def _has_own_constraint(req) -> bool:
+    so = {k: v for k, v in (req.structured_outputs or {}).items() if v is not None}
+    return bool(so) or (req.response_format or {}).get("type") in ("json_object", "json_schema", "structural_tag")
+
+
+def tool_constraint(parser: str | None, req, tool_choice: str | dict, strict_level: str = "auto") -> ToolConstraint:
+    """The constraint for a chat request's ``tools`` / ``tool_choice`` under tool parser ``parser``.
+
+    Args:
+        parser: the active tool parser's name (None: no tool parser, nothing to constrain).
+        req: the validated `ChatCompletionRequest`.
+        tool_choice: the effective choice (``auto`` when tools are given without one).
+        strict_level: ``--tool-strict-level``: ``auto`` (each tool's ``strict``), ``function``
+            (always constrain the call envelope), ``parameter`` (also pin every argument schema).
+
+    Returns:
+        `KEEP` when the request's own ``structured_outputs`` stand.
+    """
+    if parser is None or not req.tools or tool_choice == "none":
+        return KEEP
+    forced = named_tool(tool_choice)
+    choice = "forced" if forced is not None else tool_choice
+    if choice not in ("auto", "required", "forced"):
+        return KEEP
+    model = STRUCTURAL_TAG_MODELS.get(parser)
+    if model is None:
+        if parser in JSON_SCHEMA_PARSERS and choice != "auto":
+            return ToolConstraint(structured_outputs_object(json=_json_schema(req.tools, forced, req.parallel_tool_calls)),
+                                  True)
+        if choice == "auto":
+            return KEEP
+        return ToolConstraint(None, False, f"{parser} has no fixed call syntax to enforce; tool_choice "
+                                           f"{'named' if forced else choice} is passed unconstrained")
+    single_call = req.parallel_tool_calls is False
+    level = STRICT_LEVELS.index(strict_level)
+    own = _has_own_constraint(req)
+    if single_call and not (choice == "auto" and own):
+        level = max(level, 1)
+    tools = [t for t in req.tools if forced is None or (t.get("function") or {}).get("name") == forced]
+    if choice == "auto" and level == 0 and not any((t.get("function") or {}).get("strict") is True for t in tools):
+        return KEEP
+    if choice == "auto" and own:
+        # vLLM would join the call tag and the request's constraint into one `or` tag; we keep
+        # the request's constraint (what vLLM also does when no tool is strict).
+        return KEEP
+    builder = BUILDERS.get(model)
+    if builder is None:
+        if choice == "auto":
+            return KEEP
+        return ToolConstraint(None, False, f"the {model} structural tag is not built by this server; tool_choice "
+                                           f"{'named' if forced else choice} is passed unconstrained")
+    args = [((t.get("function") or {})["name"], _argument_schema(t, level)) for t in tools]
+    fmt = builder(args, choice)
+    if single_call:
+        limit_to_single_call(fmt)
+    tag = json.dumps({"type": "structural_tag", "format": fmt})
+    return ToolConstraint(structured_outputs_object(structural_tag=tag), True)
+
+
+def _argument_schema(tool: dict, level: int) -> Any:
+    """The tool's parameter schema when it is strict (or the level pins parameters), else any JSON."""
+    function = tool.get("function") or {}
+    strict = level >= 2 or function.get("strict") is True
+    if not strict:
+        return True
+    return function.get("parameters") if function.get("parameters") is not None else True
+
+
+def _params_or_empty(params: dict | None) -> dict:
+    return params if params else {"type": "object", "properties": {}}
+
+
+def _json_schema(tools: list[dict], forced: str | None, parallel_tool_calls: bool) -> dict:
+    """vLLM's `get_json_schema_from_tools` for a named tool or ``required``."""
+    functions = [t.get("function") or {} for t in tools]
+    if forced is not None:
+        return _params_or_empty(next(f for f in functions if f.get("name") == forced).get("parameters"))
+    schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": [
+        {"properties": {"name": {"type": "string", "enum": [f["name"]]},
+                        "parameters": _params_or_empty(f.get("parameters"))},
+         "required": ["name", "parameters"]} for f in functions]}}
+    if parallel_tool_calls is False:
+        schema["maxItems"] = 1
+    defs: dict = {}
+    for f in functions:
+        defs.update((f.get("parameters") or {}).get("$defs") or {})
+    if defs:
+        schema["$defs"] = defs
+    return schema
