@@ -7,6 +7,7 @@ one for the other.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import logging
@@ -121,9 +122,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="parse: control-token text in messages becomes control tokens (HF parity); "
                         "text: it stays plain text (no turn forging)")
     p.add_argument("--stream-state-secret", default=os.environ.get("RENDER_SERVICE_STATE_SECRET"),
-                   help="HMAC key sealing derender stream_state (share it across replicas behind one router; "
-                        "default: derived from the model, which catches corruption but not forgery; "
-                        "env RENDER_SERVICE_STATE_SECRET)")
+                   help="HMAC key sealing derender stream_state, at least 32 characters; give every replica behind "
+                        "one router the same one (env RENDER_SERVICE_STATE_SECRET; default: a random key per server, "
+                        "shared by its --workers)")
     p.add_argument("--max-body-bytes", type=_positive, default=32 * 1024 * 1024, help="larger bodies get 413")
     p.add_argument("--max-queue-delay-ms", type=_positive, default=1000,
                    help="a request that cannot start on the CPU pool within this delay gets 503 + Retry-After "
@@ -163,9 +164,16 @@ def run_serve(args: argparse.Namespace) -> int:
     """Load the model, check the parser choices, and serve until interrupted."""
     import uvicorn
 
+    from .derender.state import MIN_SECRET_CHARS, random_secret
     from .server import StartupError, build_app
 
     config = build_config(args)
+    if config.stream_state_secret is None:
+        # One random key for this server and all its --workers (they inherit it through the config).
+        config = dataclasses.replace(config, stream_state_secret=random_secret())
+        logging.getLogger("render_service").info(
+            "stream_state key: random for this server; to let streams move between replicas give every replica "
+            "the same --stream-state-secret / RENDER_SERVICE_STATE_SECRET (at least %d characters)", MIN_SECRET_CHARS)
     try:
         app, bundle, config = build_app(config)
     except StartupError as exc:

@@ -14,6 +14,7 @@ import os
 from parsers import api as parsers_api
 
 from .config import ServeConfig
+from .derender.state import MIN_SECRET_CHARS
 from .model import ModelBundle, ModelLoadError, load_model
 
 log = logging.getLogger("render_service.server")
@@ -82,6 +83,10 @@ def build_app(config: ServeConfig):
     """
     from .http.app import create_app
 
+    secret = config.stream_state_secret
+    if secret is not None and len(secret) < MIN_SECRET_CHARS:
+        raise StartupError(f"--stream-state-secret / RENDER_SERVICE_STATE_SECRET must be at least {MIN_SECRET_CHARS} "
+                           "characters (e.g. `openssl rand -hex 32`)")
     bundle = load_bundle(config)
     config = resolve_parsers(config, bundle)
     return create_app(bundle, config), bundle, config

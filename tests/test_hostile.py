@@ -238,3 +238,157 @@ def test_sse_event_without_blank_lines_is_capped():
     with pytest.raises(SSEError, match="event"):
         for _ in range(200):
             reader.feed(b"data: xxxxxxxx\n")
+
+
+# -- 5, 7. every client number range-checked, nesting capped, no empty prompt -------------
+
+BIG = 2**64 - 1
+
+
+def _deep(levels: int) -> dict:
+    obj: dict = {}
+    for _ in range(levels):
+        obj = {"a": obj}
+    return obj
+
+
+@pytest.mark.parametrize("route,body,param", [
+    (DERENDER, {**_derender_body(), "prompt_tokens": BIG}, "prompt_tokens"),
+    ("/v1/completions/derender", {"generate_responses": [{"choices": [
+        {"index": 0, "token_ids": [28], "finish_reason": "stop"}], "usage": {
+        "prompt_tokens": BIG, "completion_tokens": 1, "total_tokens": 1}}]}, "generate_responses.0.usage.prompt_tokens"),
+    (DERENDER, {"stream": True, "generate_chunk": {"choices": [{"index": 0, "token_ids": [28]}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": BIG, "total_tokens": 1}},
+                "prompt_token_ids": [1], "chat_request": {"messages": []}}, "generate_chunk.usage.completion_tokens"),
+    (DERENDER, {**_derender_body(), "generate_response": {
+        "choices": [{"index": 0, "token_ids": [28], "finish_reason": "stop"}], "metrics": _deep(300)}},
+     "generate_response.metrics"),
+    (DERENDER, {"generate_response": {"choices": [{"index": BIG, "token_ids": [28], "finish_reason": "stop"}]},
+                "chat_request": {"messages": []}}, "generate_response.choices.0.index"),
+    ("/v1/chat/completions/render", {"messages": [{"role": "user", "content": "hi"}], "truncate_prompt_tokens": 0},
+     "truncate_prompt_tokens"),
+])
+def test_out_of_range_numbers_and_deep_nesting_are_400(smol_url, route, body, param):
+    r = httpx.post(smol_url + route, json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+
+
+def test_pipe_header_with_a_huge_count_is_an_error_not_a_dropped_connection(smol_url):
+    header = {"prompt_token_ids": [1, 2], "prompt_tokens": BIG, "chat_request": {"messages": []},
+              "stream_options": {"include_usage": True}}
+    body = orjson_line(header) + b'data: {"choices":[{"index":0,"token_ids":[28],"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    r = httpx.post(smol_url + "/v1/chat/completions/derender/pipe", content=body, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt_tokens", r.text
+
+
+# -- 6. stream states: unforgeable by default, validated after the MAC, largest n fits ---
+
+SECRET = "k" * 32
+
+
+@pytest.fixture(scope="module")
+def keyed() -> Iterator[tuple[str, object]]:
+    """A server with a known secret (the attacker who has the key, for the validation tests)
+    and its codec."""
+    from render_service.config import ServeConfig
+    from render_service.derender.state import StateCodec
+    from render_service.server import build_app
+    from tests.conftest import serve_app
+
+    app, bundle, _ = build_app(ServeConfig(stream_state_secret=SECRET))
+    with serve_app(app) as url:
+        yield url, StateCodec(bundle.fingerprint, SECRET), bundle
+
+
+def _stream_body(state=None, ids=(28, 29), n=1, **chat) -> dict:
+    return {"stream": True, "stream_state": state, "prompt_token_ids": [1, 2],
+            "generate_chunk": {"choices": [{"index": i, "token_ids": list(ids)} for i in range(n)]},
+            "chat_request": {"messages": [], **chat}}
+
+
+def test_default_key_is_not_derivable_from_public_model_files():
+    """The default key used to be derived from the model fingerprint (public tokenizer files),
+    so anyone could seal a state. Seal one that way: it must be refused."""
+    import hashlib
+    import hmac
+
+    import orjson
+
+    from render_service.config import ServeConfig
+    from render_service.server import build_app
+    from tests.conftest import serve_app
+
+    app, bundle, _ = build_app(ServeConfig())
+    fp = hashlib.sha256(bundle.fingerprint.encode()).hexdigest()[:16]
+    key = hashlib.sha256(b"render-service stream_state\0" + bundle.fingerprint.encode()).digest()
+    s = orjson.dumps({"c": 1, "pl": 2, "ch": {}}).decode()
+    forged = {"v": 1, "fp": fp, "s": s, "mac": hmac.new(key, f"1|{fp}|{s}".encode(), hashlib.sha256).hexdigest()[:32]}
+    with serve_app(app) as url:
+        first = httpx.post(url + DERENDER, json=_stream_body(), timeout=30)
+        assert first.status_code == 200
+        r = httpx.post(url + DERENDER, json=_stream_body(forged), timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "stream_state", r.text
+        ok = httpx.post(url + DERENDER, json=_stream_body(first.json()["stream_state"]), timeout=30)
+        assert ok.status_code == 200, ok.text
+
+
+def test_short_secret_refuses_to_start():
+    from render_service.config import ServeConfig
+    from render_service.server import StartupError, build_app
+
+    with pytest.raises(StartupError, match="32"):
+        build_app(ServeConfig(stream_state_secret="replace-me"))
+
+
+def test_non_ascii_mac_is_400(keyed):
+    url, codec, _ = keyed
+    state = codec.seal({"c": 1, "pl": 2, "ch": {}})
+    state["mac"] = "é" * 32
+    r = httpx.post(url + DERENDER, json=_stream_body(state), timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stream_state", r.text
+
+
+def _mutations(value):
+    """Type-swapped and out-of-range variants of every leaf of a JSON value, one at a time."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            for variant in _mutations(item):
+                yield {**value, key: variant}
+            yield {k: v for k, v in value.items() if k != key}
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            for variant in _mutations(item):
+                yield value[:i] + [variant] + value[i + 1:]
+        yield value + [value[-1] if value else 0]
+    for odd in (None, -1, 2**40, "x", 1.5, True, [], {}):
+        if odd != value or type(odd) is not type(value):
+            yield odd
+
+
+def test_sealed_but_malformed_states_are_400_never_500(keyed):
+    """With the key (leaked), every field of a state is still checked: no mutation of a real
+    state may give a 500."""
+    import orjson
+
+    url, codec, _ = keyed
+    first = httpx.post(url + DERENDER, json=_stream_body(stop=["zz9"], tools=None), timeout=30)
+    payload = orjson.loads(first.json()["stream_state"]["s"])
+    statuses = {}
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for variant in _mutations(payload):
+            if not isinstance(variant, dict):
+                continue
+            r = client.post(DERENDER, json=_stream_body(codec.seal(variant), stop=["zz9"]))
+            statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+            assert r.status_code in (200, 400), (variant, r.text)
+    assert statuses.get(400, 0) > 10
+
+
+def test_largest_n_stream_continues(keyed):
+    """n = 16,384 (vLLM's limit): the second chunk used to fail, its state past the 1 MiB cap."""
+    url, _, _ = keyed
+    first = httpx.post(url + DERENDER, json=_stream_body(n=16384), timeout=120)
+    assert first.status_code == 200, first.text[:300]
+    second = httpx.post(url + DERENDER, json=_stream_body(first.json()["stream_state"], n=16384), timeout=120)
+    assert second.status_code == 200, second.text[:300]

@@ -16,6 +16,7 @@ Errors are `OpenAIError` (400 for anything the caller sent wrong, including a ba
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -30,6 +31,8 @@ from ..wire.derender import (DerenderChatRequest, DerenderChatStreamRequest, Der
                              DerenderCompletionStreamRequest)
 from ..wire.generate import GenChoice, GenerateResponse
 from .state import StateCodec
+
+log = logging.getLogger(__name__)
 
 
 class Derenderer:
@@ -170,14 +173,34 @@ class Derenderer:
         else:
             try:
                 payload = self.codec.open(req.stream_state)
-                if type(payload.get("c")) is not int or type(payload.get("pl")) is not int or not isinstance(payload.get("ch"), dict):
-                    raise ValueError("stream_state payload is malformed")
+                _check_payload(payload, self.bundle.max_model_len)
             except ValueError as exc:
                 raise bad_request(f"Invalid stream_state: {exc}", "stream_state") from None
         session = StreamSession(self, plan, req.prompt_token_ids, payload)
         choices = session.step(gen, streaming_keep_empty=True)
         chunk = session.chunk(gen, choices, self.model_name(req.model), req.prompt_tokens)
-        return {"chunk": chunk, "stream_state": self.codec.seal(session.payload())}
+        try:
+            state = self.codec.seal(session.payload())
+        except ValueError as exc:
+            raise bad_request(f"Cannot continue this stream statelessly: {exc}.", "generate_chunk") from None
+        return {"chunk": chunk, "stream_state": state}
+
+
+def _check_payload(payload: dict, max_model_len: int) -> None:
+    """The whole top level of an opened state, before anything reads it (a state that passed
+    the MAC check is ours, unless the key leaked; either way a bad one is a 400, never a 500).
+
+    Raises:
+        ValueError: a field of the wrong type or out of range.
+    """
+    c, pl, ch = payload.get("c"), payload.get("pl"), payload.get("ch")
+    if type(c) is not int or not 0 <= c < 1 << 40 or type(pl) is not int or not 0 <= pl <= max_model_len:
+        raise ValueError("stream_state payload is malformed")
+    if not isinstance(ch, dict) or len(ch) > MAX_CHOICES:
+        raise ValueError("stream_state payload is malformed (choices)")
+    for key, value in ch.items():
+        if not (key.isdigit() and key.isascii() and int(key) < MAX_CHOICES) or not isinstance(value, dict):
+            raise ValueError("stream_state payload is malformed (choice entry)")
 
 
 class StreamSession:
@@ -189,6 +212,7 @@ class StreamSession:
         self.created, self.prompt_len = payload["c"], payload["pl"]
         self.states: dict[str, Any] = dict(payload["ch"])      # index -> exported state (not yet live)
         self.live: dict[str, ChoiceStream] = {}
+        self.restored: set[str] = set()  # choices rebuilt from a client's state
         self.rid = ""
 
     def payload(self) -> dict:
@@ -208,6 +232,7 @@ class StreamSession:
                     if not isinstance(st, dict):
                         raise ValueError("not an object")
                     cs = ChoiceStream(self.plan, self.d.tok, None, st)
+                    self.restored.add(key)
                 except OpenAIError:
                     raise
                 except Exception as exc:  # includes a parser that cannot resume: the caller's state is bad
@@ -226,7 +251,16 @@ class StreamSession:
             cs = self._choice(str(ch.index))
             if self.prompt_len + cs.n_tokens + len(ch.token_ids or []) > limit:
                 raise bad_request(f"Prompt plus output exceed max_model_len={limit}.", "generate_chunk")
-            delta = cs.step(ch)
+            try:
+                delta = cs.step(ch)
+            except OpenAIError:
+                raise
+            except Exception as exc:
+                if str(ch.index) not in self.restored:
+                    raise
+                # A state we sealed never does this: its content was not ours (leaked key).
+                log.warning("restored stream state failed while stepping: %s: %s", type(exc).__name__, exc)
+                raise bad_request(f"Invalid stream_state for choice {ch.index}.", "stream_state") from None
             if delta is None or (not streaming_keep_empty and delta.empty and not delta.first):
                 continue
             if self.plan.kind == "chat":

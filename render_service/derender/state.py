@@ -13,22 +13,36 @@ stop-string hold-back, parser state), never on how many tokens were already stre
 unlike vLLM's ``DerenderStreamState`` whose ``output_token_ids`` grows with the output (§3.3).
 
 ``mac`` = HMAC-SHA256 over ``v|fp|s``, truncated to 128 bits, keyed with
-``--stream-state-secret`` when set, else with a key derived from the model fingerprint.
-The derived key only detects corruption and accidental cross-model use; set a secret to
-make states unforgeable by clients. Every failure is a `ValueError` with a message fit for
-a 400: wrong version, another model, bad MAC, malformed payload.
+``--stream-state-secret`` (env ``RENDER_SERVICE_STATE_SECRET``, at least 32 characters)
+when set, else with a random key drawn once per process group (``serve`` draws it before
+forking ``--workers``, so they share it). States are therefore unforgeable by default; a
+stream moves between replicas only when every replica has the same secret (deploy/: a
+Kubernetes Secret). Every failure is a `ValueError` with a message fit for a 400: wrong
+version, another model, bad MAC, malformed payload, a state too large.
+
+Size: ``MAX_STATE_BYTES`` fits the largest ``n`` (16,384 choices, vLLM's limit) at 1 KiB of
+unfinished state per choice (a typical one is ~110 bytes; held stop text is at most 999
+characters); the default ``--max-body-bytes`` (32 MiB) carries it back.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
 from typing import Any
 
 import orjson
 
 VERSION = 1
-MAX_STATE_BYTES = 1 << 20
+MAX_STATE_BYTES = 16 << 20
+MIN_SECRET_CHARS = 32
+_PROCESS_SECRET = secrets.token_hex(32)  # the default key: random, never derived from public files
+
+
+def random_secret() -> str:
+    """A fresh key for ``--stream-state-secret`` (64 hex characters)."""
+    return secrets.token_hex(32)
 
 
 class StateCodec:
@@ -36,12 +50,18 @@ class StateCodec:
 
     Args:
         fingerprint: `ModelBundle.fingerprint` (any string identifying the model).
-        secret: operator secret; None derives the key from the fingerprint.
+        secret: operator secret of at least `MIN_SECRET_CHARS`; None uses this process's random key.
+
+    Raises:
+        ValueError: a secret shorter than `MIN_SECRET_CHARS`.
     """
 
     def __init__(self, fingerprint: str, secret: str | None = None) -> None:
+        if secret is not None and len(secret) < MIN_SECRET_CHARS:
+            raise ValueError(f"the stream-state secret must be at least {MIN_SECRET_CHARS} characters "
+                             "(e.g. `openssl rand -hex 32`)")
         self.fp = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
-        material = secret.encode() if secret else b"render-service stream_state\0" + fingerprint.encode()
+        material = b"render-service stream_state\0" + (secret or _PROCESS_SECRET).encode() + b"\0" + fingerprint.encode()
         self._key = hashlib.sha256(material).digest()
 
     def _mac(self, s: str) -> str:
@@ -50,6 +70,8 @@ class StateCodec:
     def seal(self, payload: dict) -> dict:
         """Wrap ``payload`` (plain JSON data) into the wire object."""
         s = orjson.dumps(payload).decode()
+        if len(s) > MAX_STATE_BYTES:
+            raise ValueError(f"the stream's state exceeds {MAX_STATE_BYTES >> 20} MiB; use the pipe route for it")
         return {"v": VERSION, "fp": self.fp, "s": s, "mac": self._mac(s)}
 
     def open(self, state: Any) -> dict:
@@ -67,7 +89,7 @@ class StateCodec:
         if state["fp"] != self.fp:
             raise ValueError("stream_state was made for another model or tokenizer (fingerprint mismatch)")
         s, mac = state["s"], state["mac"]
-        if not isinstance(s, str) or not isinstance(mac, str) or len(s) > MAX_STATE_BYTES:
+        if not isinstance(s, str) or not isinstance(mac, str) or len(s) > MAX_STATE_BYTES or not mac.isascii():
             raise ValueError("stream_state is malformed")
         if not hmac.compare_digest(mac, self._mac(s)):
             raise ValueError("stream_state failed its integrity check (modified, or sealed with another secret)")

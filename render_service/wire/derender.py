@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
-from .generate import GenerateResponse, SamplingParams
+from .generate import Count, GenerateResponse, SamplingParams
 
 _LOOSE = ConfigDict(extra="ignore")
 
@@ -66,7 +66,7 @@ class DerenderChatRequest(_DerenderCommon):
 
     stream: Literal[False] = False
     generate_response: GenerateResponse
-    prompt_tokens: int | None = Field(None, ge=0)
+    prompt_tokens: Count | None = None
     chat_request: ChatRequestFields | None = None
     parse_context: ParseContext | None = None
 
@@ -77,7 +77,7 @@ class DerenderChatStreamRequest(_DerenderCommon):
     stream: Literal[True]
     generate_chunk: GenerateResponse
     stream_state: dict | None = None
-    prompt_tokens: int | None = Field(None, ge=0)
+    prompt_tokens: Count | None = None
     chat_request: ChatRequestFields | None = None
     parse_context: ParseContext | None = None
 
@@ -87,7 +87,7 @@ class DerenderCompletionRequest(_DerenderCommon):
 
     stream: Literal[False] = False
     generate_responses: list[GenerateResponse] = Field(min_length=1)
-    prompt_tokens: list[NonNegativeInt] | None = None
+    prompt_tokens: list[Count] | None = None
     prompt_token_ids: list[list[int] | None] | None = None  # type: ignore[assignment]
     completion_request: ChatRequestFields | None = None
 
@@ -98,14 +98,14 @@ class DerenderCompletionStreamRequest(_DerenderCommon):
     stream: Literal[True]
     generate_chunk: GenerateResponse
     stream_state: dict | None = None
-    prompt_tokens: int | None = Field(None, ge=0)
+    prompt_tokens: Count | None = None
     completion_request: ChatRequestFields | None = None
 
 
 class PipeHeader(_DerenderCommon):
     """First line of a pipe request: everything but the engine stream itself."""
 
-    prompt_tokens: int | None = Field(None, ge=0)
+    prompt_tokens: Count | None = None
     chat_request: ChatRequestFields | None = None
     completion_request: ChatRequestFields | None = None
     parse_context: ParseContext | None = None

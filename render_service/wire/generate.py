@@ -10,9 +10,9 @@ at the end write ``GenerateTokensResponse`` and its stream chunks in vLLM's fiel
 from __future__ import annotations
 
 import time
-from typing import Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validator, model_validator
 
 from .openai import StreamOptions
 
@@ -21,6 +21,34 @@ OUTPUT_KIND_DELTA = 1                   # vLLM RequestOutputKind.DELTA (streamin
 OUTPUT_KIND_FINAL_ONLY = 2              # vLLM RequestOutputKind.FINAL_ONLY (non-streaming)
 
 _LOOSE = ConfigDict(extra="ignore")
+
+MAX_COUNT = 2**31 - 1
+"""Largest token count, index or token id a client may send: past it a value is an error,
+not a number to add up and serialise (2**64 - 1 in ``usage`` overflowed the JSON writer)."""
+MAX_NESTING = 32
+"""Deepest JSON nesting of pass-through fields (``metrics``, ``kv_transfer_params`` …);
+the JSON writer stops at 255 levels, which made a 300-deep ``metrics`` a 500."""
+
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+Int64 = Annotated[int, Field(ge=-(2**63), lt=2**63)]
+
+
+def check_nesting(value: Any, limit: int = MAX_NESTING) -> Any:
+    """``value`` unchanged if its lists/objects nest at most ``limit`` deep.
+
+    Raises:
+        ValueError: nested deeper (pydantic reports it as a 400 naming the field).
+    """
+    level = [value]
+    for _ in range(limit + 1):
+        level = [v for x in level if isinstance(x, (list, dict)) for v in (x.values() if isinstance(x, dict) else x)]
+        if not level:
+            return value
+    raise ValueError(f"nested deeper than {limit} levels")
+
+
+def _shallow(value: Any) -> Any:
+    return check_nesting(value)
 
 
 class _NullIsDefault(BaseModel):
@@ -39,24 +67,24 @@ class SamplingParams(_NullIsDefault):
     """``GenerateRequest.sampling_params``: the vLLM ``SamplingParams`` fields that the
     engine honours or checks and that derender applies (stops, EOS, decoding flags)."""
 
-    n: int = 1
+    n: int = Field(1, ge=1, le=16384)
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
     min_p: float = 0.0
-    seed: int | None = None
-    max_tokens: int | None = None
-    min_tokens: int = Field(0, ge=0)
+    seed: Int64 | None = None
+    max_tokens: Count | None = None
+    min_tokens: Count = 0
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] = Field(default_factory=list)
+    stop_token_ids: list[Count] = Field(default_factory=list)
     include_stop_str_in_output: bool = False
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
-    logprobs: int | None = None
-    prompt_logprobs: int | None = None
+    logprobs: Annotated[int, Field(ge=-1, le=MAX_COUNT)] | None = None
+    prompt_logprobs: Annotated[int, Field(ge=-1, le=MAX_COUNT)] | None = None
 
 
 class GenerateRequest(_NullIsDefault):
@@ -104,20 +132,22 @@ class GenChoice(BaseModel):
     """A choice of ``GenerateTokensResponse`` / ``GenerateTokensStreamResponse``."""
 
     model_config = _LOOSE
-    index: int = Field(0, ge=0)
+    index: Count = 0
     finish_reason: str | None = None
-    stop_reason: int | str | None = None
+    stop_reason: Int64 | str | None = None
     token_ids: list[int] | None = None
     logprobs: GenLogprobs | None = None
     routed_experts: Any = None
     weight_versions: Any = None
 
+    nesting_checked = field_validator("routed_experts", "weight_versions")(_shallow)
+
 
 class Usage(BaseModel):
     model_config = _LOOSE
-    prompt_tokens: NonNegativeInt = 0
-    completion_tokens: NonNegativeInt = 0
-    total_tokens: NonNegativeInt = 0
+    prompt_tokens: Count = 0
+    completion_tokens: Count = 0
+    total_tokens: Count = 0
 
 
 class GenerateResponse(BaseModel):
@@ -127,7 +157,7 @@ class GenerateResponse(BaseModel):
     model_config = _LOOSE
     request_id: str = ""
     model: str | None = None
-    created: int | None = None
+    created: Int64 | None = None
     usage: Usage | None = None
     choices: list[GenChoice] = Field(default_factory=list)
     prompt_logprobs: Any = None
@@ -136,6 +166,8 @@ class GenerateResponse(BaseModel):
     ec_transfer_params: dict | None = None
     metrics: Any = None
     output_mode: Literal["tokens"] | None = None
+
+    nesting_checked = field_validator("prompt_logprobs", "kv_transfer_params", "ec_transfer_params", "metrics")(_shallow)
 
 
 # -- builders (the engine's side) -----------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validator, model_validator
 
 from .. import policy
 
@@ -62,7 +62,8 @@ class SamplingFields(_Lenient):
     logit_bias: dict[str, float] | None = None
     allowed_token_ids: list[NonNegativeInt] | None = None
     bad_words: list[str] | None = None
-    truncate_prompt_tokens: int | None = Field(default=None, ge=-1)
+    # -1 (the context minus one) or a count; 0 would render an empty prompt, which no engine takes
+    truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=2**31 - 1)
     stream: bool = False
     stream_options: StreamOptions | None = None
     request_id: str | None = None
@@ -84,6 +85,13 @@ class SamplingFields(_Lenient):
     truncation_side: Literal["left", "right"] | None = None
     return_token_offsets: bool = False
     watermarking: Any = None
+
+    @field_validator("truncate_prompt_tokens")
+    @classmethod
+    def _truncate_keeps_tokens(cls, value: int | None) -> int | None:
+        if value == 0:
+            raise ValueError("truncate_prompt_tokens must be -1 or at least 1 (0 would leave an empty prompt)")
+        return value
 
     @model_validator(mode="after")
     def _stop_strings(self) -> "SamplingFields":
