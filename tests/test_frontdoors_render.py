@@ -84,3 +84,34 @@ def test_render_matches_vllm(server, case):
             assert got["parse_context"][key] == exp["parse_context"][key], key
     for key in SAMPLING:
         assert got["sampling_params"].get(key) == exp["sampling_params"].get(key), f"sampling_params.{key}"
+
+
+# -- images (Qwen2.5-VL) -------------------------------------------------------------------
+
+QWEN_VL = MODELS / "qwen2.5-vl-instruct"
+IMAGE_CORPUS = json.loads((FIXTURES / "cases_images.json").read_text())
+IMAGE_RECORDED = json.loads((FIXTURES / "recorded_images.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def vl_server():
+    if not QWEN_VL.is_dir():
+        pytest.skip("../shared/models/qwen2.5-vl-instruct not present")
+    # vLLM hashes images with its model path; the recorder's server copied the model there.
+    with render_server(str(QWEN_VL), mm_hash_model_id=IMAGE_RECORDED["model"]) as url:
+        yield url, httpx.get(url + "/v1/models").json()["data"][0]["id"]
+
+
+@pytest.mark.parametrize("case", IMAGE_CORPUS["cases"], ids=lambda c: c["name"])
+def test_image_render_matches_vllm(vl_server, case):
+    """``input_image`` parts and Anthropic ``image`` blocks (also inside a ``tool_result``)
+    expand and carry ``features`` exactly as vLLM 0.33's render gives them."""
+    url, model = vl_server
+    exp = IMAGE_RECORDED["results"][case["name"]]["body"]
+    headers = {"x-request-id": case["name"]} if case["route"] == "messages" else {}
+    r = httpx.post(url + PATHS[case["route"]], json=expand(IMAGE_CORPUS, case, model), headers=headers, timeout=120)
+    assert r.status_code == 200, r.text[:500]
+    got = r.json()
+    assert got["token_ids"] == exp["token_ids"]
+    assert got["features"] == exp["features"]
+    assert got["sampling_params"]["max_tokens"] == exp["sampling_params"]["max_tokens"]

@@ -11,7 +11,8 @@ vLLM 0.33 builds for it. Rules, as vLLM 0.33 applies them
   (else starts one); ``reasoning`` (``content[0]``, else ``summary[0]``) and an assistant
   ``message`` (``content[0].text``) fill the preceding assistant message when it has no
   reasoning / content yet; ``function_call_output`` → a ``tool`` message; anything else
-  (user / system / developer messages, ``input_text`` parts) passes through.
+  (user / system / developer messages, ``input_text`` parts) passes through, with
+  ``input_image`` parts as chat ``image_url`` parts.
 - A last assistant ``message`` / ``reasoning`` item with status ``in_progress`` or
   ``incomplete`` is continued (``continue_final_message``) instead of answered.
 - ``tool_choice`` ``{"type": "function", "name"}`` → chat's named form; ``text.format``
@@ -150,7 +151,18 @@ def _item_message(item: dict, prev: dict | None, param: str) -> dict | None:
             assistant["content"] = text
             return None
         return {"role": "assistant", "content": text}
-    return dict(item)
+    message = dict(item)
+    if isinstance(message.get("content"), list):
+        message["content"] = [_part(p) for p in message["content"]]
+    return message
+
+
+def _part(part: Any) -> Any:
+    """``input_image`` (``image_url`` a URL string) → chat's ``image_url`` part, which the
+    chat path's media loading reads; other parts pass through."""
+    if isinstance(part, dict) and part.get("type") == "input_image":
+        return {"type": "image_url", "image_url": {"url": part.get("image_url")}}
+    return part
 
 
 def _call_name(item: dict) -> str:
