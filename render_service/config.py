@@ -32,6 +32,7 @@ class ServeConfig:
     exclude_tools_when_tool_choice_none: bool = False
     stream_state_secret: str | None = None         # HMAC key for derender stream_state; default derived from the model
     max_queue_delay_ms: int = 1000                 # a request that cannot start in time gets 503 + Retry-After
+    token_exact_history: bool = False              # chat turns with previous_turn extend it token for token (render.turns)
     # Media for vision-language models (issue 13; flags in multimodal/flags.py)
     allowed_local_media_path: str | None = None    # file:// URLs only beneath it (vLLM's flag)
     allow_remote_media: bool = False               # fetch http(s) URLs at all (vLLM always does)

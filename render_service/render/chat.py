@@ -24,6 +24,7 @@ from .request import (
     token_offsets, truncate,
 )
 from .tool_constraints import ToolConstraint, tool_constraint
+from .turns import fields as turn_fields, render_turn
 
 # Prompt tail handed to the reasoning parser to decide its starting state: enough for
 # "<|im_start|>assistant\n<think>\n\n</think>\n\n" and its kin, bounded so it stays cheap.
@@ -60,6 +61,9 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
         text, token_ids = _render_and_encode(bundle, config, req, template, kwargs, tool_choice, media is not None)
         if media is not None:
             token_ids, features = media.expand(token_ids)
+    turn = render_turn(bundle, config, req, template, kwargs, token_ids, media is not None) if reused is None else None
+    if turn is not None:
+        token_ids = turn.token_ids
     offsets = None
     if req.return_token_offsets and reused is None and media is None:
         offsets = token_offsets(bundle, text, req.add_special_tokens, len(token_ids))
@@ -116,7 +120,7 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
         reasoning_parser_kwargs={"chat_template_kwargs": effective_kwargs} if reasoning_active else None,
         parse_context=parse_context,
         features=features,
-    )
+    ) | turn_fields(turn)
     out["token_offsets"] = offsets
     return out
 

@@ -19,6 +19,14 @@ class _Lenient(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
 
+class PreviousTurn(_Lenient):
+    """The previous turn of the same conversation, as the engine holds it (extension, README
+    "Agent loops"): the prompt it was given and the ids it generated, reasoning included."""
+
+    prompt_token_ids: list[NonNegativeInt] = Field(min_length=1)
+    output_token_ids: list[NonNegativeInt] = Field(default_factory=list)
+
+
 class StreamOptions(_Lenient):
     """``stream_options`` of client requests and of ``GenerateRequest`` (vLLM defaults:
     neither usage nor continuous usage unless asked)."""
@@ -140,6 +148,9 @@ class ChatCompletionRequest(SamplingFields):
     top_logprobs: int | None = Field(default=0, ge=-1)
     prompt_logprobs: int | None = Field(default=None, ge=-1)
     echo: bool = False
+    # Extensions for agent loops (render.turns): the continuity figure and token-exact history.
+    previous_turn: PreviousTurn | None = None
+    token_exact_history: bool | None = None
 
     @model_validator(mode="after")
     def _consistency(self) -> "ChatCompletionRequest":

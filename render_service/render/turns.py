@@ -1,0 +1,112 @@
+"""Agent loops on the render side: the continuity figure and token-exact history for a chat turn.
+
+Two request extensions (README, "Agent loops"), both about the previous turn of the same
+conversation:
+
+- ``previous_turn: {"prompt_token_ids": [...], "output_token_ids": [...]}`` — what the
+  engine holds after turn N (the driver sends it for a known ``conversation_id``; any
+  client may). Render then reports on the `GenerateRequest` a ``continuity`` object
+  (`render_service.continuity.Continuity.as_dict`): the longest common prefix of the new
+  prompt with that sequence and why it ends early. Observed in the Prometheus histogram
+  ``render_service_continuity_common_prefix_ratio{reason}``.
+- ``token_exact_history: true`` (or ``serve --token-exact-history``) — the prompt is the
+  held ids + the template's text for the new messages (`render_service.exact_history`),
+  so it extends the previous turn token for token; it needs ``previous_turn``.
+  ``token_offsets`` is null then (the held part has no template text, as for pre-tokenized
+  prompts in vLLM).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import Histogram
+
+from .. import continuity, exact_history
+from ..config import ServeConfig
+from ..errors import bad_request, check_token_ids
+from ..model import ModelBundle
+from ..model.templates import ChatTemplate
+from .messages import prepare_messages
+
+CONTINUITY_RATIO = Histogram(
+    "render_service_continuity_common_prefix_ratio",
+    "Common prefix of a chat prompt with the previous turn's prompt + output, over the latter's length; "
+    "reason: why it ends early ('extends' when it does not)",
+    ["reason"],
+    buckets=(0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999, 1.0),
+)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """The prompt of a turn with a known previous turn: ``token_ids`` and its continuity."""
+
+    token_ids: list[int]
+    continuity: continuity.Continuity
+    exact: bool
+
+
+def render_turn(bundle: ModelBundle, config: ServeConfig, req: Any, template: ChatTemplate, kwargs: dict,
+                token_ids: list[int], media: bool = False) -> Turn | None:
+    """Apply ``previous_turn`` / token-exact history to a rendered chat prompt.
+
+    Returns None when the request has no ``previous_turn`` (the prompt stays as rendered).
+
+    Raises:
+        OpenAIError: 400 for ids outside the vocabulary, token-exact history without
+        ``previous_turn`` or with media, or a conversation it cannot extend.
+    """
+    exact = bool(req.token_exact_history if req.token_exact_history is not None
+                 else getattr(config, "token_exact_history", False))
+    prev = req.previous_turn
+    if prev is None:
+        if exact and req.token_exact_history:
+            raise bad_request("token_exact_history needs `previous_turn` (the previous turn's prompt and output ids).",
+                              "previous_turn")
+        return None
+    vocab = bundle.tokenizer.vocab_size
+    check_token_ids(prev.prompt_token_ids, vocab, "previous_turn.prompt_token_ids")
+    check_token_ids(prev.output_token_ids, vocab, "previous_turn.output_token_ids")
+    held = continuity.HeldSequence(prev.prompt_token_ids, prev.output_token_ids)
+
+    def decode(ids) -> str:
+        return bundle.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    def render(messages: list[dict], add_generation_prompt: bool) -> str:
+        try:
+            return template.render(messages, tools=req.tools, documents=req.documents,
+                                   add_generation_prompt=add_generation_prompt,
+                                   **{**bundle.special_tokens, **kwargs})
+        except ValueError as exc:  # the template refused (TemplateRenderError and kin)
+            raise bad_request(f"Chat template error: {exc}", "messages") from None
+
+    messages = prepare_messages(req.messages, template, media=media)
+    if exact:
+        if media:
+            raise bad_request("token_exact_history does not take image or video parts.", "messages")
+        if req.continue_final_message:
+            raise bad_request("token_exact_history cannot continue a final message.", "continue_final_message")
+        try:
+            token_ids, _ = exact_history.exact_prompt(
+                held, messages, render, lambda text: bundle.tokenizer.encode(text, add_special_tokens=False),
+                decode, req.add_generation_prompt)
+        except exact_history.HistoryError as exc:
+            raise bad_request(str(exc), "messages") from None
+    system_end = None
+    if messages[0].get("role") in ("system", "developer"):
+        system_end = continuity.system_end(lambda: render(messages[:1], False), decode(token_ids))
+    figure = continuity.check(held, token_ids, decode, system_end_char=system_end)
+    CONTINUITY_RATIO.labels(figure.reason or "extends").observe(figure.fraction)
+    return Turn(list(token_ids), figure, exact)
+
+
+def fields(turn: Turn | None) -> dict[str, Any]:
+    """Keys the turn adds to the `GenerateRequest` dict (none without a previous turn)."""
+    if turn is None:
+        return {}
+    out: dict[str, Any] = {"continuity": turn.continuity.as_dict()}
+    if turn.exact:
+        out["token_offsets"] = None
+    return out
