@@ -115,3 +115,30 @@ def test_image_render_matches_vllm(vl_server, case):
     assert got["token_ids"] == exp["token_ids"]
     assert got["features"] == exp["features"]
     assert got["sampling_params"]["max_tokens"] == exp["sampling_params"]["max_tokens"]
+
+
+def test_inline_system_messages_merge_where_the_template_demands_it(tmp_path):
+    """Claude Code sends system messages mid-conversation; a template that refuses them
+    after the first turn (vLLM's probe) gets them merged into the leading system prompt."""
+    from tokenizers import Tokenizer
+
+    from conftest import TEMPLATES
+
+    body = {"max_tokens": 32, "system": "Rule A.",
+            "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."},
+                         {"role": "system", "content": " Rule B."}, {"role": "user", "content": "Go"}]}
+    template = TEMPLATES / "mistral-nemo.jinja"
+    with render_server(str(MODELS / "qwen3"), chat_template=str(template)) as url:
+        model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
+        r = httpx.post(url + "/v1/messages/render", json={**body, "model": model})
+        assert r.status_code == 200, r.text
+        text = Tokenizer.from_file(str(MODELS / "qwen3" / "tokenizer.json")).decode(r.json()["token_ids"],
+                                                                                    skip_special_tokens=False)
+        assert "Rule A. Rule B." in text and text.count("Rule B.") == 1
+    with render_server(str(MODELS / "qwen3")) as url:  # Qwen3 takes them in place
+        model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
+        r = httpx.post(url + "/v1/messages/render", json={**body, "model": model})
+        assert r.status_code == 200, r.text
+        text = Tokenizer.from_file(str(MODELS / "qwen3" / "tokenizer.json")).decode(r.json()["token_ids"],
+                                                                                    skip_special_tokens=False)
+        assert "Hello.<|im_end|>\n<|im_start|>system\n Rule B.<|im_end|>" in text

@@ -7,7 +7,9 @@ with the same function its ``/v1/messages`` uses
 The rules:
 
 - ``system`` (a string, or its text blocks joined with no separator) → one leading
-  ``system`` message; a ``system``-role message inside ``messages`` stays where it is.
+  ``system`` message; a ``system``-role message inside ``messages`` stays where it is,
+  unless the chat template refuses a system message after the first turn (vLLM's probe,
+  `merges_inline_system`): then its text joins the leading one.
   Blocks starting ``x-anthropic-billing-header`` (Claude Code's per-request hash) are dropped.
 - Content blocks: ``text`` → text parts (a lone text part becomes plain string content);
   ``thinking`` → the message's ``reasoning`` (joined); ``redacted_thinking`` is dropped;
@@ -26,9 +28,14 @@ The rules:
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from typing import Any
+
+import jinja2
+import jinja2.ext
+import jinja2.sandbox
 
 from ..config import ServeConfig
 from ..http.common import validate
@@ -56,7 +63,8 @@ def render_messages(bundle: ModelBundle, config: ServeConfig, req: AnthropicMess
     Raises:
         OpenAIError: 400 as the chat front door raises.
     """
-    body = messages_to_chat(req)
+    source = bundle.chat_template.source if bundle.chat_template is not None else None
+    body = messages_to_chat(req, merge_inline_system=merges_inline_system(source))
     budget = body.pop("thinking_token_budget", None)
     gen = render_chat(bundle, config, validate(ChatCompletionRequest, body), request_id, media)
     if budget is not None:
@@ -64,19 +72,24 @@ def render_messages(bundle: ModelBundle, config: ServeConfig, req: AnthropicMess
     return gen
 
 
-def messages_to_chat(req: Any, disabled_thinking_effort: str = "none") -> dict[str, Any]:
+def messages_to_chat(req: Any, disabled_thinking_effort: str = "none", merge_inline_system: bool = False) -> dict[str, Any]:
     """A validated `AnthropicMessagesRequest` → an OpenAI chat request body (plain dict).
 
     ``disabled_thinking_effort``: the ``reasoning_effort`` that ``thinking.type: disabled``
     maps to (vLLM's ``--anthropic-disabled-thinking-effort``; ``none`` for templates that
-    honour it).
+    honour it). ``merge_inline_system``: fold ``system``-role messages into the leading one
+    (`merges_inline_system` of the server's template).
     """
     messages: list[dict] = []
     system = _system_text(req.system)
+    if merge_inline_system:
+        inline = (_system_text(m.content) for m in req.messages if m.role == "system")
+        system += "".join(t for t in inline if not t.startswith(BILLING_HEADER))
     if system:
         messages.append({"role": "system", "content": system})
     for msg in req.messages:
-        _convert_message(msg, messages)
+        if not (merge_inline_system and msg.role == "system"):
+            _convert_message(msg, messages)
     body: dict[str, Any] = {k: getattr(req, k) for k in _PASS_FIELDS if getattr(req, k) is not None}
     body.update(messages=messages, max_tokens=req.max_tokens, max_completion_tokens=req.max_tokens)
     if req.stop_sequences is not None:
@@ -105,6 +118,26 @@ def messages_to_chat(req: Any, disabled_thinking_effort: str = "none") -> dict[s
         body["tools"] = [{"type": "function", "function": _function(t)} for t in req.tools]
         body.setdefault("tool_choice", "auto")
     return body
+
+
+@functools.lru_cache(maxsize=16)
+def merges_inline_system(chat_template: str | None) -> bool:
+    """True when ``chat_template`` refuses a ``system`` message after the first turn (Qwen's
+    ``loop.first`` guard and kin), so inline system messages must be merged into the first.
+
+    vLLM 0.33's probe, reproduced exactly (its Jinja settings, no special tokens, no tools):
+    render ``[system, user, system, user]`` and see whether the template raises.
+    """
+    if not chat_template:
+        return True
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                                       extensions=[jinja2.ext.loopcontrols])
+    probe = [{"role": role, "content": "t"} for role in ("system", "user", "system", "user")]
+    try:
+        env.from_string(chat_template).render(messages=probe, add_generation_prompt=False)
+    except jinja2.TemplateError:
+        return True
+    return False
 
 
 def _function(tool: Any) -> dict:
