@@ -11,6 +11,8 @@ a boundary) and which may still have to be given back as content.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from .events import Event, ToolCallArguments, ToolCallEnd, ToolCallStart
 from .schema import ParamSchema, param_schemas
 
@@ -81,6 +83,14 @@ class Calls:
         self.index, self.open, self.name = data
 
 
-MORE, DONE, ERROR = "more", "done", "error"
+class Status(StrEnum):
+    """A body mechanism's progress; the values are the codes exported states carry."""
 
-__all__ = ["Calls", "MORE", "DONE", "ERROR"]
+    MORE = "more"    # wants more text
+    DONE = "done"    # finished; the framing machine goes on after it
+    ERROR = "error"  # not this body after all (or it broke): see the framing machine
+
+
+MORE, DONE, ERROR = Status
+
+__all__ = ["Calls", "Status", "MORE", "DONE", "ERROR"]

@@ -25,6 +25,8 @@ name, a call's body is content. A cut-off call keeps its partial arguments (``co
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import re
 
 from .calls import Calls
@@ -32,7 +34,15 @@ from .events import Content, Event, Reasoning
 from .jsonstream import JsonValue
 from .scanner import find_marker, release_run
 
-OUT, HEAD, MSG = "out", "head", "msg"
+class State(StrEnum):
+    """Where the Harmony machine is; the values are the codes exported states carry."""
+
+    OUT = "out"    # between messages
+    HEAD = "head"  # reading a message header (channel, recipient)
+    MSG = "msg"    # inside a message body
+
+
+OUT, HEAD, MSG = State
 START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
 ENDS = ("<|end|>", "<|call|>", "<|return|>")
 _RECIPIENT = re.compile(r"\bto=([^\s<]+)")
@@ -76,12 +86,12 @@ class HarmonyStage:
         self.stray = False     # non-blank stray text was written since the last marker
 
     def export(self) -> dict:
-        return {"st": self.st, "buf": self.buf, "header": self.header, "route": self.route,
+        return {"st": self.st.value, "buf": self.buf, "header": self.header, "route": self.route,
                 "sub": self.sub.export() if self.sub else None, "emitted": self.emitted,
                 "seen": self.seen, "ws": self.ws, "stray": self.stray}
 
     def load(self, data: dict) -> None:
-        self.st, self.buf, self.header = data["st"], data["buf"], data["header"]
+        self.st, self.buf, self.header = State(data["st"]), data["buf"], data["header"]
         self.route, self.emitted, self.seen = data["route"], data["emitted"], data["seen"]
         self.ws, self.stray = data["ws"], data["stray"]
         self.sub = JsonValue.load(data["sub"]) if data["sub"] else None

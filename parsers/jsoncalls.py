@@ -28,8 +28,9 @@ Policy for envelopes (hermes, llama3_json, JSON lists):
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 
-from .calls import DONE, ERROR, MORE, Calls
+from .calls import DONE, ERROR, MORE, Calls, Status
 from .jsonstream import JsonValue
 
 _WS = " \t\n\r"
@@ -53,6 +54,28 @@ def _normalise_raw_args(raw: str) -> str:
     if value is None:
         return "{}"
     return json.dumps(value, ensure_ascii=False)
+
+
+class Env(StrEnum):
+    """Where a ``{"name", "arguments"}`` envelope is; values are the exported codes."""
+
+    OPEN = "{"        # before the opening brace
+    FIRST_KEY = "k"   # after '{': a key or '}'
+    KEY = "K"         # after ',': a key
+    COLON = ":"       # after a key
+    VALUE = "v"       # after ':'
+    NEXT = ","        # after a value: ',' or '}'
+
+
+class Items(StrEnum):
+    """Where a list (``[…]``) or ``;``-sequence of envelopes is; values are the exported codes."""
+
+    OPEN = "["        # list: before '['
+    FIRST = "e"       # list: after '[': an element or ']'
+    ELEMENT = "E"     # list: after ',': an element
+    NEXT = ","        # list: after an element: ',' or ']'
+    WANT = "o"        # sequence: an envelope must come
+    AFTER = ";"       # sequence: after an envelope: ';', another envelope, or the end
 
 
 class JsonArgs:
@@ -96,7 +119,7 @@ class JsonArgs:
     def load(cls, data: list, fmt=None) -> "JsonArgs":
         obj = cls()
         obj.sub = JsonValue.load(data[0])
-        obj.status, obj.emitted = data[1], data[2]
+        obj.status, obj.emitted = Status(data[1]), data[2]
         return obj
 
 
@@ -114,7 +137,7 @@ class JsonCall:
         self.strict = bool(fmt and fmt.strict)
         self.name_keys = (fmt and fmt.name_keys) or self.NAME_KEYS  # family's keys (Cohere: tool_name)
         self.arg_keys = (fmt and fmt.arg_keys) or self.ARG_KEYS
-        self.st = "{"          # '{' open brace, 'k' first key, 'K' key, ':' colon, 'v' value, ',' after value
+        self.st = Env.OPEN
         self.sub: JsonValue | None = None
         self.slot = ""         # what the sub-scanner reads: key | name | args | raw | skip
         self.cur = ""          # captured text of key / name / non-object arguments
@@ -128,7 +151,7 @@ class JsonCall:
 
     # -- plain data -------------------------------------------------------------------
     def export(self) -> list:
-        return [self.strict, self.st, self.sub.export() if self.sub else None, self.slot,
+        return [self.strict, self.st.value, self.sub.export() if self.sub else None, self.slot,
                 self.cur, self.name, self.args, self.pend, self.raw, self.started, self.status]
 
     @classmethod
@@ -137,6 +160,7 @@ class JsonCall:
         (obj.strict, obj.st, sub, obj.slot, obj.cur, obj.name, obj.args, obj.pend, obj.raw,
          obj.started, obj.status) = data
         obj.sub = JsonValue.load(sub) if sub else None
+        obj.st, obj.status = Env(obj.st), Status(obj.status)
         return obj
 
     # -- scanning ---------------------------------------------------------------------
@@ -151,22 +175,22 @@ class JsonCall:
                 pos += 1
                 continue
             st = self.st
-            if st == "{" and c == "{":
-                self.st = "k"
-            elif st in "kK" and c == '"':
+            if st == Env.OPEN and c == "{":
+                self.st = Env.FIRST_KEY
+            elif st in (Env.FIRST_KEY, Env.KEY) and c == '"':
                 self.sub, self.slot, self.cur = JsonValue(), "key", ""
                 continue  # the sub-scanner reads the quote
-            elif (st == "k" or st == ",") and c == "}":
+            elif st in (Env.FIRST_KEY, Env.NEXT) and c == "}":
                 pos += 1
                 self._close(calls)
                 break
-            elif st == ":" and c == ":":
-                self.st = "v"
-            elif st == ",":
+            elif st == Env.COLON and c == ":":
+                self.st = Env.VALUE
+            elif st == Env.NEXT:
                 if c != ",":
                     return self._fail(pos, calls)
-                self.st = "K"
-            elif st == "v":
+                self.st = Env.KEY
+            elif st == Env.VALUE:
                 self._open_value(c, calls)
                 continue
             else:
@@ -206,9 +230,9 @@ class JsonCall:
         slot, self.sub = self.slot, None
         if slot == "key":
             self.cur = json.loads(self.cur)
-            self.st = ":"
+            self.st = Env.COLON
             return
-        self.st = ","
+        self.st = Env.NEXT
         if slot == "name":
             value = json.loads(self.cur)
             self.cur = ""
@@ -300,7 +324,7 @@ class JsonList:
 
     kind = "list"
     __slots__ = ("fmt", "st", "env", "status")
-    FIRST = "["            # state before the first character
+    FIRST = Items.OPEN     # state before the first character
 
     def __init__(self, fmt=None) -> None:
         self.fmt = fmt
@@ -309,12 +333,13 @@ class JsonList:
         self.status = MORE
 
     def export(self) -> list:
-        return [self.st, self.env.export() if self.env else None, self.status]
+        return [self.st.value, self.env.export() if self.env else None, self.status]
 
     @classmethod
     def load(cls, data: list, fmt=None):
         obj = cls(fmt)
         obj.st, env, obj.status = data
+        obj.st, obj.status = Items(obj.st), Status(obj.status)
         obj.env = obj._element(JsonCall.load(env, fmt)) if env else None
         return obj
 
@@ -340,7 +365,7 @@ class JsonList:
             pos = new
         return pos
 
-    after_element = ","
+    after_element = Items.NEXT
 
     def _between(self, text: str, pos: int, final: bool) -> int | None:
         """Structure outside the elements: ``[`` ``,`` ``]`` (states '[', 'e' first element
@@ -348,15 +373,15 @@ class JsonList:
         c, st = text[pos], self.st
         if c in _WS:
             return pos + 1
-        if st == "[" and c == "[":
-            self.st = "e"
-        elif st in "eE" and c == "{":
+        if st == Items.OPEN and c == "[":
+            self.st = Items.FIRST
+        elif st in (Items.FIRST, Items.ELEMENT) and c == "{":
             self.env = self._element(JsonCall(self.fmt))
             return pos
-        elif (st == "e" or st == ",") and c == "]":
+        elif st in (Items.FIRST, Items.NEXT) and c == "]":
             self.status = DONE
-        elif st == "," and c == ",":
-            self.st = "E"
+        elif st == Items.NEXT and c == ",":
+            self.st = Items.ELEMENT
         else:
             self.status = ERROR
             return pos
@@ -376,8 +401,8 @@ class JsonSequence(JsonList):
 
     kind = "sequence"
     __slots__ = ()
-    FIRST = "o"            # 'o' an envelope must come, ';' after an envelope
-    after_element = ";"
+    FIRST = Items.WANT
+    after_element = Items.AFTER
 
     def _between(self, text: str, pos: int, final: bool) -> int | None:
         n = len(text)
@@ -385,19 +410,19 @@ class JsonSequence(JsonList):
         while j < n and text[j] in _WS:
             j += 1
         if j == n:  # blanks only: after an element they stay unconsumed until we know more
-            if self.st == "o":
+            if self.st == Items.WANT:
                 return j
             if final:
                 self.status = DONE
             return None
         c = text[j]
         if c == "{":
-            self.st, self.env = "o", self._element(JsonCall(self.fmt))
+            self.st, self.env = Items.WANT, self._element(JsonCall(self.fmt))
             return j
-        if self.st == ";" and c == ";":
-            self.st = "o"
+        if self.st == Items.AFTER and c == ";":
+            self.st = Items.WANT
             return j + 1
-        self.status = DONE if self.st == ";" else ERROR
+        self.status = DONE if self.st == Items.AFTER else ERROR
         return pos
 
 

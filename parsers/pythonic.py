@@ -18,8 +18,9 @@ import ast
 import json
 import keyword
 import re
+from enum import StrEnum
 
-from .calls import DONE, ERROR, MORE, Calls
+from .calls import DONE, ERROR, MORE, Calls, Status
 
 _WS = " \t\n\r"
 _NAME_SO_FAR = re.compile(r"[A-Za-z_][\w.]*\Z")
@@ -103,6 +104,16 @@ def call_to_json(src: str) -> tuple[str, str] | None:
         return None
 
 
+class Calling(StrEnum):
+    """Where a Python call list is; the values are the codes exported states carry."""
+
+    OPEN = "["        # before '['
+    FIRST = "e"       # after '[': a call or ']'
+    ELEMENT = "E"     # after ',': a call
+    CALL = "c"        # inside a call
+    NEXT = ","        # after a call: ',' or ']'
+
+
 class PythonCalls:
     """One ``[call, call, …]`` list (see module docstring)."""
 
@@ -110,26 +121,27 @@ class PythonCalls:
     __slots__ = ("st", "cur", "depth", "quote", "status")
 
     def __init__(self, fmt=None) -> None:
-        self.st = "["          # '[' open, 'e' first call or ']', 'E' call, 'c' in a call, ',' after
+        self.st = Calling.OPEN
         self.cur: list[str] = []  # text of the call in progress, in pieces (joined when complete)
         self.depth = 0         # open brackets inside the call
         self.quote = ""        # open string delimiter inside the call (' " ''' \"\"\")
         self.status = MORE
 
     def export(self) -> list:
-        return [self.st, "".join(self.cur), self.depth, self.quote, self.status]
+        return [self.st.value, "".join(self.cur), self.depth, self.quote, self.status]
 
     @classmethod
     def load(cls, data: list, fmt=None) -> "PythonCalls":
         obj = cls()
         obj.st, cur, obj.depth, obj.quote, obj.status = data
         obj.cur = [cur] if cur else []
+        obj.st, obj.status = Calling(obj.st), Status(obj.status)
         return obj
 
     def feed(self, text: str, pos: int, final: bool, calls: Calls) -> int:
         n = len(text)
         while pos < n and self.status == MORE and not calls.boundary:
-            if self.st == "c":
+            if self.st == Calling.CALL:
                 new = self._in_call(text, pos, final, calls)
                 if new == pos and self.status == MORE:
                     break  # needs to see more characters (quote or escape at the end)
@@ -139,14 +151,14 @@ class PythonCalls:
             st = self.st
             if c in _WS:
                 pos += 1
-            elif st == "[" and c == "[":
-                self.st, pos = "e", pos + 1
-            elif (st == "e" or st == ",") and c == "]":
+            elif st == Calling.OPEN and c == "[":
+                self.st, pos = Calling.FIRST, pos + 1
+            elif st in (Calling.FIRST, Calling.NEXT) and c == "]":
                 self.status, pos = DONE, pos + 1
-            elif st == "," and c == ",":
-                self.st, pos = "E", pos + 1
-            elif st in "eE" and (c.isalpha() or c == "_"):
-                self.st, self.cur, self.depth, self.quote = "c", [], 0, ""
+            elif st == Calling.NEXT and c == ",":
+                self.st, pos = Calling.ELEMENT, pos + 1
+            elif st in (Calling.FIRST, Calling.ELEMENT) and (c.isalpha() or c == "_"):
+                self.st, self.cur, self.depth, self.quote = Calling.CALL, [], 0, ""
             else:
                 self.status = ERROR
         return pos
@@ -205,11 +217,11 @@ class PythonCalls:
         calls.start(parsed[0])
         calls.args(parsed[1])
         calls.end()
-        self.st, self.cur = ",", []
+        self.st, self.cur = Calling.NEXT, []
 
     def finish(self, calls: Calls) -> None:
         # an unfinished call is never guessed; a list missing only its ']' is accepted
-        self.status = DONE if self.st == "," else ERROR
+        self.status = DONE if self.st == Calling.NEXT else ERROR
 
 
 __all__ = ["PythonCalls", "call_to_json"]

@@ -26,14 +26,24 @@ from __future__ import annotations
 
 import html
 import json
+from enum import StrEnum
 
-from .calls import DONE, MORE, Calls
+from .calls import DONE, MORE, Calls, Status
 from .jsonstream import JsonValue
 from .formats import attributes
 from .scanner import find_marker
 from .schema import coerce, is_string_only
 
 _MAX_KEY = 256
+
+
+class Slot(StrEnum):
+    """Where an XML-style call body is; the values are the codes exported states carry."""
+
+    BETWEEN = "between"  # between parameters: a key marker or the call's end
+    KEY = "key"          # reading a parameter name
+    PREVAL = "preval"    # after the name, before the value marker (glm45)
+    VALUE = "value"      # inside a value
 
 
 class XmlCall:
@@ -44,7 +54,7 @@ class XmlCall:
 
     def __init__(self, fmt=None) -> None:
         self.d = fmt.xml if fmt is not None else None
-        self.st = "between"    # between | key | preval | value
+        self.st = Slot.BETWEEN
         self.key = ""
         self.types: list[str] | None = None  # None: string value being streamed
         self.val = ""          # collected raw text of a typed value
@@ -54,7 +64,7 @@ class XmlCall:
         self.status = MORE
 
     def export(self) -> list:
-        return [self.st, self.key, self.types, self.val, self.lead, self.tail, self.opened,
+        return [self.st.value, self.key, self.types, self.val, self.lead, self.tail, self.opened,
                 self.status]
 
     @classmethod
@@ -62,6 +72,7 @@ class XmlCall:
         obj = cls(fmt)
         (obj.st, obj.key, obj.types, obj.val, obj.lead, obj.tail, obj.opened,
          obj.status) = data
+        obj.st, obj.status = Slot(obj.st), Status(obj.status)
         return obj
 
     def feed(self, text: str, pos: int, final: bool, calls: Calls) -> int:
@@ -69,21 +80,21 @@ class XmlCall:
         n = len(text)
         while pos < n and self.status == MORE:
             st = self.st
-            if st == "between" or st == "preval":
-                first = d.value_begin if st == "preval" else d.key_begin
+            if st == Slot.BETWEEN or st == Slot.PREVAL:
+                first = d.value_begin if st == Slot.PREVAL else d.key_begin
                 i, m = find_marker(text[pos:], (first,) + d.call_end + d.call_end_peek, final)
                 if m is None:
                     return pos + i
                 if m == first:
                     pos += i + len(m)
-                    if st == "preval":
+                    if st == Slot.PREVAL:
                         self._begin_value(calls)
                     else:
-                        self.st, self.key = "key", ""
+                        self.st, self.key = Slot.KEY, ""
                 else:
                     pos += i + (len(m) if m in d.call_end else 0)
                     self._close(calls)
-            elif st == "key":
+            elif st == Slot.KEY:
                 i, m = find_marker(text[pos:], (d.key_end,), final)
                 self.key += text[pos:pos + i]
                 if m is None:
@@ -93,7 +104,7 @@ class XmlCall:
                 pos += i + len(m)
                 self.key, typed = self._clean_key(self.key)
                 if d.value_begin:
-                    self.st = "preval"
+                    self.st = Slot.PREVAL
                 else:
                     self._begin_value(calls, typed)
             else:  # value
@@ -116,7 +127,7 @@ class XmlCall:
         ``tr``). Cut between parameters, every value the model wrote is whole and the
         JSON object that translates them is closed (case 15c: never an unterminated
         object where no value was cut)."""
-        if self.st != "value":
+        if self.st != Slot.VALUE:
             calls.args("}" if self.opened else "{}")
         elif self.types is None:
             if self.tail:
@@ -142,7 +153,7 @@ class XmlCall:
         return key, None
 
     def _begin_value(self, calls: Calls, typed: list[str] | None = None) -> None:
-        self.st, self.lead, self.tail, self.val = "value", True, "", ""
+        self.st, self.lead, self.tail, self.val = Slot.VALUE, True, "", ""
         types = calls.types(calls.name).get(self.key, []) if typed is None else typed
         self.types = None if is_string_only(types) else types
         if self.types is None:
@@ -182,10 +193,10 @@ class XmlCall:
                 raw = raw[:-1] if raw.endswith("\n") else raw
             schema = calls.schemas(calls.name).get(self.key)
             calls.args(self._prefix() + coerce(raw, self.types, schema.values if schema else None))
-        self.st, self.val, self.tail, self.types = "between", "", "", None
+        self.st, self.val, self.tail, self.types = Slot.BETWEEN, "", "", None
 
     def _close(self, calls: Calls) -> None:
-        if self.st == "value":
+        if self.st == Slot.VALUE:
             self._end_value(calls)
         calls.args("}" if self.opened else "{}")
         calls.end()
