@@ -38,6 +38,7 @@ import jinja2.ext
 import jinja2.sandbox
 
 from ..config import ServeConfig
+from ..errors import OpenAIError
 from ..http.common import validate
 from ..model import ModelBundle
 from ..wire.frontdoors import AnthropicMessagesRequest
@@ -64,7 +65,8 @@ def render_messages(bundle: ModelBundle, config: ServeConfig, req: AnthropicMess
         OpenAIError: 400 as the chat front door raises.
     """
     source = bundle.chat_template.source if bundle.chat_template is not None else None
-    body = messages_to_chat(req, merge_inline_system=merges_inline_system(source))
+    effort = disabled_thinking_effort(bundle, config) if req.thinking is not None and req.thinking.type == "disabled" else "none"
+    body = messages_to_chat(req, effort, merges_inline_system(source))
     budget = body.pop("thinking_token_budget", None)
     gen = render_chat(bundle, config, validate(ChatCompletionRequest, body), request_id, media)
     if budget is not None:
@@ -118,6 +120,29 @@ def messages_to_chat(req: Any, disabled_thinking_effort: str = "none", merge_inl
         body["tools"] = [{"type": "function", "function": _function(t)} for t in req.tools]
         body.setdefault("tool_choice", "auto")
     return body
+
+
+_EFFORTS = ("low", "medium", "high", "xhigh", "max")
+_disabled_effort: dict[tuple[str, str], str] = {}
+
+
+def disabled_thinking_effort(bundle: ModelBundle, config: ServeConfig) -> str:
+    """The ``reasoning_effort`` that ``thinking: {"type": "disabled"}`` maps to: ``"none"``
+    when the template renders ``none`` differently from every real effort, else ``"low"``
+    (the template cannot turn thinking off, or refuses ``none``). vLLM 0.33's
+    ``--anthropic-disabled-thinking-effort auto`` probe on ``[{"role": "user", "content": "Hi"}]``;
+    decided once per model and config."""
+    key = (bundle.fingerprint, repr(config))
+    if key not in _disabled_effort:
+        def prompt(effort: str) -> list[int] | None:
+            probe = ChatCompletionRequest(messages=[{"role": "user", "content": "Hi"}], reasoning_effort=effort)
+            try:
+                return render_chat(bundle, config, probe, "probe")["token_ids"]
+            except OpenAIError:
+                return None
+        none = prompt("none")
+        _disabled_effort[key] = "low" if none is None or any(prompt(e) == none for e in _EFFORTS) else "none"
+    return _disabled_effort[key]
 
 
 @functools.lru_cache(maxsize=16)
