@@ -69,7 +69,7 @@ def test_greedy_pd_equals_one_engine(setup):
     pd_ids = r.json()["choices"][0]["token_ids"]
 
     driver = setup["driver"]
-    gen = render_chat(driver.hops.ctx.bundle, setup["config"].serve, ChatCompletionRequest.model_validate(body), "ref")
+    gen = render_chat(driver.hops.bundle, setup["config"].serve, ChatCompletionRequest.model_validate(body), "ref")
     one = decode_leg(gen, None)  # same request, no KV handoff
     one.update(stream=False, stream_options=None)
     ref = httpx.post(setup["both"].url + "/inference/v1/generate", json=one, timeout=60).json()

@@ -8,11 +8,17 @@ in ``docs/driver.md``.
 Module map (one job each):
 
 - ``config.py``   `DriverConfig`: the flags as one frozen value
-- ``legs.py``     pure edits of a rendered `GenerateRequest` into the prefill and decode legs
+- ``legs.py``     legs and attempts: the prefill/decode bodies, `Leg` (one prompt through both
+                  engines), `Attempts` (next instance on connect failure), `RequestScope`
+                  (what to abort), `Collected` (a decode stream folded into one response)
 - ``upstream.py`` upstream pools (affinity, least-busy), HTTP calls, errors that name the hop
-- ``hops.py``     render + derender, in-process (`LocalHops`) or on a render server (`RemoteHops`)
+- ``hops.py``     render + derender, in-process (`LocalHops`, typed objects) or on a render
+                  server (`RemoteHops`, the wire bodies)
+- ``responder.py`` the ASGI responder: a JSON body or SSE events through ``send``
 - ``timing.py``   per-hop timer, ``Server-Timing`` text, Prometheus metrics
 - ``flow.py``     `Driver`: one client request through the four hops, aborts, stop strings
+- ``frontdoors.py`` the Responses and Anthropic Messages doors over the same legs
+- ``conversations.py`` per-conversation KV reuse decisions
 - ``app.py``      starlette app; raw ASGI endpoints that watch for client disconnect
 - ``cli.py``      the ``drive`` subcommand
 """

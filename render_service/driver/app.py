@@ -32,7 +32,9 @@ from starlette.routing import Route
 from ..errors import OpenAIError, bad_request
 from ..http.common import JSONResponse, error_response, read_json
 from ..wire.frontdoors import error_body
-from .flow import Driver, RequestScope, Responder
+from .flow import Driver
+from .legs import RequestScope
+from .responder import Responder
 from .upstream import error_from_exception
 
 
@@ -105,9 +107,11 @@ def create_app(driver: Driver) -> Starlette:
         routes.append(Route("/v1/models", models, methods=["GET"]))
     else:
         from ..http import info_routes
+        from ..http.common import AppContext
 
         # The render server's own /v1/models and /version, bound to the same model.
-        routes += [r for r in info_routes.routes(driver.hops.ctx) if r.path in ("/v1/models", "/version")]
+        ctx = AppContext(bundle=driver.hops.bundle, config=driver.hops.config)
+        routes += [r for r in info_routes.routes(ctx) if r.path in ("/v1/models", "/version")]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any):

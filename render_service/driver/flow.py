@@ -38,91 +38,26 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from typing import Any, AsyncIterator, Callable, Mapping
 
 import httpx
 import orjson
 
 from ..errors import OpenAIError, bad_request
 from ..render import new_request_id
-from ..wire import sse
-from ..wire.generate import ENGINE_ID_PREFIX
 from .config import DriverConfig
 from .frontdoors import KINDS as FRONT_DOORS, FrontDoorFlow
-from .hops import LocalHops, RemoteHops, derender_payload
-from .legs import decode_leg, prefill_leg
+from .hops import LocalHops, RemoteHops
+from .legs import Attempts, Collected, Leg, RequestScope
+from .responder import Responder, client_chunk
 from .timing import DriverMetrics, HopTimer
-from .upstream import (HopError, Pool, error_from_event, error_from_exception, error_from_status, post_json,
-                       sse_data)
+from .upstream import HopError, Pool
 
 log = logging.getLogger("render_service.driver")
 
-GENERATE_PATH = "/inference/v1/generate"
 ABORT_PATH = "/abort_requests"          # wire brief §1.9: unauthenticated on --tokens-only servers
 
 Observer = Callable[[str, dict], None]
-
-
-@dataclass
-class RequestScope:
-    """Cleanup owed by one client request: engine legs ``(hop, url, engine_request_id)`` to abort."""
-
-    to_abort: list[tuple[str, str, str]] = field(default_factory=list)
-    abort_reason: str = "error"
-
-    @contextlib.contextmanager
-    def leg(self, hop: str, url: str, engine_id: str) -> Iterator[None]:
-        """Record an abort for this leg if the block ends other than with a complete answer."""
-        try:
-            yield
-        except HopError as exc:
-            if not (exc.unreachable or exc.answered):
-                self.to_abort.append((hop, url, engine_id))
-            raise
-        except BaseException:
-            self.to_abort.append((hop, url, engine_id))
-            raise
-
-
-class Responder:
-    """Writes one HTTP response through ASGI ``send``: a JSON body, or SSE events."""
-
-    def __init__(self, send: Callable[[dict], Awaitable[None]]) -> None:
-        self.send = send
-        self.started = False
-        self.status = 0
-
-    async def json(self, status: int, obj: Any, headers: Mapping[str, str]) -> None:
-        body = orjson.dumps(obj)
-        await self._start(status, {"content-type": "application/json", "content-length": str(len(body)), **headers})
-        await self.send({"type": "http.response.body", "body": body, "more_body": False})
-
-    async def start_events(self, headers: Mapping[str, str]) -> None:
-        await self._start(200, {"content-type": "text/event-stream", "cache-control": "no-cache", **headers})
-
-    async def event(self, obj: Any) -> None:
-        await self._body(sse.event(obj))
-
-    async def end_events(self, comment: str | None = None) -> None:
-        tail = sse.comment(comment) if comment else b""
-        await self.send({"type": "http.response.body", "body": tail + sse.DONE, "more_body": False})
-
-    async def raw(self, data: bytes) -> None:
-        """Already-framed SSE bytes (the Responses / Messages doors name their events)."""
-        await self._body(data)
-
-    async def end(self, data: bytes = b"") -> None:
-        """End the body with ``data`` (streams that have no ``[DONE]``)."""
-        await self.send({"type": "http.response.body", "body": data, "more_body": False})
-
-    async def _start(self, status: int, headers: Mapping[str, str]) -> None:
-        self.started, self.status = True, status
-        await self.send({"type": "http.response.start", "status": status,
-                         "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]})
-
-    async def _body(self, data: bytes) -> None:
-        await self.send({"type": "http.response.body", "body": data, "more_body": True})
 
 
 def conversation_key(body: dict, headers: Mapping[str, str]) -> str | None:
@@ -133,183 +68,6 @@ def conversation_key(body: dict, headers: Mapping[str, str]) -> str | None:
         if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
             return str(value)
     return None
-
-
-class Leg:
-    """One rendered prompt on its way through prefill and decode."""
-
-    def __init__(self, driver: "Driver", gen: dict, conversation: str | None, scope: RequestScope,
-                 timer: HopTimer) -> None:
-        self.driver, self.gen, self.conversation, self.scope, self.timer = driver, gen, conversation, scope, timer
-        self.prompt: list[int] = gen["token_ids"]
-        self.n = int((gen.get("sampling_params") or {}).get("n") or 1)
-        rid = str(gen.get("request_id") or new_request_id())
-        self.engine_id = ENGINE_ID_PREFIX + rid
-        self.headers = {"X-Request-Id": rid}
-        if conversation is not None:
-            self.headers["X-Session-ID"] = conversation
-        self.kv_params: dict | None = None
-        self.prefill_done = 0.0
-
-    async def prefill(self) -> None:
-        """Run the prefill leg; keeps its ``kv_transfer_params`` for decode."""
-        pool, client = self.driver.pools["prefill"], self.driver.client()
-        body = prefill_leg(self.gen)
-        with self.timer.measure("prefill"):
-            attempts = self.driver.attempts("prefill", self.conversation)
-            for url in attempts:
-                with pool.use(url), self.scope.leg("prefill", url, self.engine_id):
-                    try:
-                        resp = await post_json(client, "prefill", url, GENERATE_PATH, body, self.headers)
-                    except HopError as exc:
-                        if exc.unreachable:
-                            attempts.failed(exc)
-                            continue
-                        raise
-                break
-        self.prefill_done = time.perf_counter()
-        params = resp.get("kv_transfer_params") if isinstance(resp, dict) else None
-        self.kv_params = params if isinstance(params, dict) else None
-        self.driver.notify("prefill_done", {"request_id": self.engine_id, "url": url,
-                                            "kv_transfer_params": self.kv_params})
-
-    async def decode_events(self, continuous_usage: bool) -> AsyncIterator[dict]:
-        """The decode leg's SSE chunks as dicts, until ``[DONE]``.
-
-        Raises:
-            HopError: connect failure on every instance (503), non-200 answer, an error
-            event in the stream (502), timeout (504), broken connection (502).
-        """
-        pool, client = self.driver.pools["decode"], self.driver.client()
-        content = orjson.dumps(decode_leg(self.gen, self.kv_params, continuous_usage))
-        headers = {"content-type": "application/json", **self.headers}
-        attempts = self.driver.attempts("decode", self.conversation)
-        for url in attempts:
-            request = client.build_request("POST", url + GENERATE_PATH, content=content, headers=headers)
-            with self.scope.leg("decode", url, self.engine_id):
-                try:
-                    response = await client.send(request, stream=True)
-                except httpx.HTTPError as exc:
-                    err = error_from_exception("decode", url, exc)
-                    if err.unreachable:
-                        attempts.failed(err)
-                        continue
-                    raise err from None
-            break
-        with pool.use(url), self.scope.leg("decode", url, self.engine_id):
-            try:
-                if response.status_code != 200:
-                    raise error_from_status("decode", url, response.status_code, await response.aread())
-                async for data in sse_data(response):
-                    if sse.is_done(data):
-                        return
-                    try:
-                        chunk = orjson.loads(data)
-                    except orjson.JSONDecodeError:
-                        raise HopError("decode", 502, f"decode hop failed: {url} sent an event that is not JSON.") from None
-                    if isinstance(chunk, dict) and "error" in chunk:  # the engine ended the request and says why
-                        raise error_from_event("decode", url, chunk["error"])
-                    yield chunk
-                raise HopError("decode", 502, f"decode hop failed: the stream from {url} ended without [DONE].")
-            except httpx.HTTPError as exc:
-                raise error_from_exception("decode", url, exc) from None
-            except sse.SSEError as exc:
-                raise HopError("decode", 502, f"decode hop failed: {url} sent an {exc}.") from None
-            finally:
-                await response.aclose()
-
-
-class Attempts:
-    """The instances of one hop to try for one leg, best first (`Pool.order`). Iterating
-    past the last one raises a single 503 that lists every connect failure."""
-
-    def __init__(self, driver: "Driver", pool: Pool, key: str | None) -> None:
-        self.driver, self.pool, self.order = driver, pool, pool.order(key)
-        self.errors: list[str] = []
-
-    def __iter__(self) -> Iterator[str]:
-        yield from self.order
-        hop = self.pool.hop
-        raise HopError(hop, 503, f"{hop} hop failed: no {hop} engine could be reached: {'; '.join(self.errors)}.")
-
-    def failed(self, err: HopError) -> None:
-        """The last instance yielded could not be connected to; the next one is tried."""
-        log.warning("%s", err.message)
-        self.driver.metrics.upstream_errors.labels(self.pool.hop, "connect").inc()
-        self.errors.append(err.message.removeprefix(f"{self.pool.hop} hop failed: ").rstrip("."))
-
-
-class Collected:
-    """A decode stream folded into the non-streaming ``GenerateTokensResponse`` (§1.8)."""
-
-    def __init__(self, leg: Leg) -> None:
-        self.leg = leg
-        self.request_id = leg.engine_id
-        self.choices: dict[int, dict] = {}
-        self.usage: dict | None = None
-        self.metrics: Any = None
-        self.prompt_token_ids: list[int] | None = None
-
-    def add(self, chunk: dict) -> None:
-        self.request_id = chunk.get("request_id") or self.request_id
-        self.usage = chunk.get("usage") or self.usage
-        self.metrics = chunk.get("metrics") or self.metrics
-        self.prompt_token_ids = self.prompt_token_ids or chunk.get("prompt_token_ids")
-        for c in chunk.get("choices") or []:
-            acc = self.choices.setdefault(c.get("index", 0), {"token_ids": [], "finish_reason": None,
-                                                             "stop_reason": None, "logprobs": None})
-            acc["token_ids"] += c.get("token_ids") or []
-            if c.get("finish_reason"):
-                acc["finish_reason"], acc["stop_reason"] = c["finish_reason"], c.get("stop_reason")
-            if c.get("logprobs"):
-                lp = acc["logprobs"] or {"content": []}
-                lp["content"] += c["logprobs"].get("content") or []
-                acc["logprobs"] = lp
-
-    def response(self) -> dict:
-        """Raises `HopError` (502) when a choice ended without a single token."""
-        choices = []
-        for index in sorted(self.choices):
-            c = self.choices[index]
-            if not c["token_ids"]:
-                raise HopError("decode", 502, f"decode hop failed: the engine ended choice {index} without a token "
-                                              f"(finish_reason {c['finish_reason']!r}).", answered=True)
-            # A choice cut short by the driver (stop string) has no engine finish: "abort"
-            # tells derender nothing was dropped; it reports the stop string it finds.
-            choices.append({"index": index, "finish_reason": c["finish_reason"] or "abort",
-                            "stop_reason": c["stop_reason"], "token_ids": c["token_ids"], "routed_experts": None,
-                            "sampling_mask": None, "weight_versions": None, "logprobs": c["logprobs"]})
-        if not choices:
-            raise HopError("decode", 502, "decode hop failed: the engine stream carried no tokens.", answered=True)
-        completion = sum(len(c["token_ids"]) for c in choices)
-        usage = self.usage or {"prompt_tokens": len(self.leg.prompt), "completion_tokens": completion,
-                               "total_tokens": len(self.leg.prompt) + completion}
-        return {"request_id": self.request_id, "model": None, "created": int(time.time()), "usage": usage,
-                "prompt_logprobs": None, "prompt_token_id_logprobs": None,
-                "prompt_token_ids": self.prompt_token_ids, "mm_placeholders": None, "metrics": self.metrics,
-                "kv_transfer_params": None, "ec_transfer_params": None, "output_mode": "tokens",
-                "choices": choices}
-
-
-def _client_chunk(chunk: dict | None, include_usage: bool) -> dict | None:
-    """A derendered chunk as the client should see it: choices with nothing to say dropped
-    (a remote derender keeps them), ``usage`` only when asked for; None = send nothing."""
-    if chunk is None:
-        return None
-    choices = [c for c in chunk.get("choices") or [] if not _empty_choice(c)]
-    usage = chunk.get("usage") if include_usage else None
-    if not choices and usage is None:
-        return None
-    return {**chunk, "choices": choices, "usage": usage}
-
-
-def _empty_choice(c: dict) -> bool:
-    if c.get("finish_reason") or c.get("logprobs"):
-        return False
-    delta = c.get("delta")
-    if delta is not None:
-        return not (delta.get("role") or delta.get("content") or delta.get("reasoning") or delta.get("tool_calls"))
-    return not c.get("text")
 
 
 class Driver:
@@ -419,7 +177,7 @@ class Driver:
         reply_headers = {"x-request-id": str(base_id)}
         try:
             with timer.measure("render"):
-                gens = await self.hops.render(kind, body, str(base_id))
+                gens, request = await self.hops.render(kind, body, str(base_id))
             stream = body.get("stream") is True
             if stream and len(gens) > 1:
                 raise bad_request("Streaming several prompts in one request is not supported by the driver; "
@@ -427,9 +185,9 @@ class Driver:
             key = conversation_key(body, headers)
             legs = [Leg(self, g, key, scope, timer) for g in gens]
             if stream:
-                await self._stream(kind, body, legs[0], timer, out, reply_headers)
+                await self._stream(kind, body, request, legs[0], timer, out, reply_headers)
             else:
-                await self._whole(kind, body, legs, timer, out, reply_headers)
+                await self._whole(kind, body, request, legs, timer, out, reply_headers)
         except OpenAIError as err:
             if isinstance(err, HopError):
                 self.metrics.upstream_errors.labels(err.hop, str(err.status)).inc()
@@ -483,11 +241,12 @@ class Driver:
             if first is not None:
                 timer.add("decode", time.perf_counter() - first)
 
-    async def _stream(self, kind: str, body: dict, leg: Leg, timer: HopTimer, out: Responder, headers: dict) -> None:
+    async def _stream(self, kind: str, body: dict, request: Any, leg: Leg, timer: HopTimer, out: Responder,
+                      headers: dict) -> None:
         opts = body.get("stream_options") or {}
         include_usage = bool(opts.get("include_usage"))
         await leg.prefill()
-        session = self.hops.open_stream(kind, body, leg.prompt)
+        session = self.hops.open_stream(kind, request, leg.prompt)
         relay = self._decode(leg, session, bool(opts.get("continuous_usage_stats")))
         produced, usage_sent, last = 0, False, None
         async with contextlib.aclosing(relay):
@@ -496,7 +255,7 @@ class Driver:
             while item is not None:
                 chunk, derendered = item
                 produced += sum(len(c.get("token_ids") or []) for c in chunk.get("choices") or [])
-                view = _client_chunk(derendered, include_usage)
+                view = client_chunk(derendered, include_usage)
                 if view is not None:
                     await out.event(view)
                     last = view
@@ -508,13 +267,13 @@ class Driver:
             await out.event({**last, "choices": [], "usage": usage})
         await out.end_events(f"server-timing {timer.server_timing()}")
 
-    async def _whole(self, kind: str, body: dict, legs: list[Leg], timer: HopTimer, out: Responder,
+    async def _whole(self, kind: str, body: dict, request: Any, legs: list[Leg], timer: HopTimer, out: Responder,
                      headers: dict) -> None:
         stops = body.get("stop")
 
         async def one(leg: Leg) -> dict:
             await leg.prefill()
-            watch = self.hops.open_stream(kind, body, leg.prompt) if stops else None
+            watch = self.hops.open_stream(kind, request, leg.prompt) if stops else None
             collected = Collected(leg)
             async with contextlib.aclosing(self._decode(leg, watch, False)) as relay:
                 async for chunk, _ in relay:
@@ -530,9 +289,8 @@ class Driver:
             except BaseExceptionGroup as group:
                 raise _first_error(group) from None
             gens = [t.result() for t in tasks]
-        payload = derender_payload(kind, body, gens, [leg.prompt for leg in legs])
         with timer.measure("derender"):
-            response = await self.hops.derender(kind, payload)
+            response = await self.hops.derender(kind, request, gens, [leg.prompt for leg in legs])
         await out.json(200, response, {**headers, "server-timing": timer.server_timing()})
 
 

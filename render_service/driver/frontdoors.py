@@ -97,7 +97,8 @@ class FrontDoorFlow:
     async def handle(self, kind: str, body: dict, headers: Mapping[str, str], out: Any, scope: Any) -> None:
         """Like `Driver.handle` for ``kind`` ``"responses"`` / ``"messages"``; never raises
         except `asyncio.CancelledError`."""
-        from .flow import Leg, conversation_key
+        from .flow import conversation_key
+        from .legs import Leg
 
         drv, timer = self.driver, HopTimer()
         drv.metrics.in_flight.inc()
@@ -129,10 +130,10 @@ class FrontDoorFlow:
     async def _render(self, kind: str, req: Any, body: dict, base_id: str) -> dict:
         hops = self.driver.hops
         if isinstance(hops, LocalHops):
-            hops.ctx.check_model(req.model)
+            hops.check_model(req.model)
             if kind == "responses":
-                return await hops.ctx.run_cpu(render_responses, hops.ctx.bundle, hops.ctx.config, req)
-            return await hops.ctx.run_cpu(render_messages, hops.ctx.bundle, hops.ctx.config, req, base_id)
+                return await hops.run_cpu(render_responses, hops.bundle, hops.config, req)
+            return await hops.run_cpu(render_messages, hops.bundle, hops.config, req, base_id)
         gen = await post_json(self.driver.client(), "render", self.driver.config.render, _RENDER_PATHS[kind], body,
                               headers={"X-Request-Id": base_id})
         if not isinstance(gen, dict) or not gen.get("token_ids"):
@@ -165,7 +166,7 @@ class FrontDoorFlow:
         await out.end(sse.comment(f"server-timing {timer.server_timing()}"))
 
     async def _whole(self, kind: str, req: Any, body: dict, leg: Any, timer: HopTimer, out: Any, headers: dict) -> None:
-        from .flow import Collected
+        from .legs import Collected
 
         await leg.prefill()
         stops = (req.stop if kind == "responses" else req.stop_sequences)
@@ -188,7 +189,7 @@ class FrontDoorFlow:
                 session = FrontDoorSession(d, kind, req, prompt, model=d.model_name(req.model))
                 return session.whole(GenerateResponse.model_validate(gen))
             try:
-                return await hops.ctx.run_cpu(run)
+                return await hops.run_cpu(run)
             except OpenAIError as exc:
                 raise _derender_failed(exc) from None
         payload = {"model": body.get("model"), "generate_response": gen, "prompt_tokens": len(prompt),

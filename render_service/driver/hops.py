@@ -1,16 +1,18 @@
 """The render and derender hops, in this process or on a render server. Same interface:
 
-- ``render(kind, body, request_id) -> list[GenerateRequest dict]`` (one per prompt; chat: one);
-- ``derender(kind, payload) -> OpenAI response dict`` — ``payload`` is the body of
-  ``POST /v1/{chat/,}completions/derender`` (wire brief §1.6, §1.7), built by
-  `derender_payload`;
-- ``open_stream(kind, body, prompt_ids) -> stream`` whose ``await step(engine_chunk)``
+- ``render(kind, body, request_id) -> (gens, request)``: one `GenerateRequest` dict per
+  prompt (chat: one), and the client request as this hop's derender takes it back;
+- ``derender(kind, request, gens, prompts) -> OpenAI response dict`` for the engine
+  responses ``gens`` (one per rendered prompt, same order as ``prompts``);
+- ``open_stream(kind, request, prompt_ids) -> stream`` whose ``await step(engine_chunk)``
   returns one OpenAI chunk dict (``chat.completion.chunk`` / ``text_completion``).
 
-`LocalHops` calls the render server's own functions (`render_chat`, `Derenderer`); its
-stream keeps a `StreamSession` in memory, like the pipe mode. `RemoteHops` calls a render
-server over HTTP; its stream round-trips the sealed ``stream_state``, one call per chunk.
-``kind`` is ``"chat"`` or ``"completion"``.
+`LocalHops` validates the client body once, into the typed request `render_chat` takes,
+and hands derender typed objects built from it (the engine's output is validated, as it
+comes from outside); its stream keeps a `StreamSession` in memory, like the pipe mode.
+`RemoteHops` calls a render server over HTTP with the bodies of wire brief §1.6/§1.7; its
+stream round-trips the sealed ``stream_state``, one call per chunk. ``kind`` is ``"chat"``
+or ``"completion"``.
 
 Errors: render problems are `OpenAIError` 4xx for the client (a remote render's 4xx
 verbatim); a derender failure is a 502 `HopError` naming ``derender`` (the engine output
@@ -19,8 +21,10 @@ or the driver was at fault, not the client).
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import Any, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, TypeVar
 
 import httpx
 import pydantic
@@ -28,26 +32,17 @@ import pydantic
 from ..config import ServeConfig
 from ..derender.plan import chat_plan, completion_plan
 from ..derender.service import Derenderer, StreamSession
-from ..errors import OpenAIError
-from ..http.common import AppContext, validate
+from ..errors import OpenAIError, bad_request
 from ..render import render_chat, render_completion
 from ..wire.derender import ChatRequestFields, DerenderChatRequest, DerenderCompletionRequest
 from ..wire.generate import GenerateResponse
 from ..wire.openai import ChatCompletionRequest, CompletionRequest
 from .upstream import HopError, post_json
 
+T = TypeVar("T")
+
 RENDER_PATHS = {"chat": "/v1/chat/completions/render", "completion": "/v1/completions/render"}
 DERENDER_PATHS = {"chat": "/v1/chat/completions/derender", "completion": "/v1/completions/derender"}
-
-
-def derender_payload(kind: str, body: dict, gens: list[dict], prompts: list[list[int]]) -> dict:
-    """The non-streaming derender body for the client's ``body`` and the engine responses
-    ``gens`` (one per rendered prompt, same order as ``prompts``)."""
-    if kind == "chat":
-        return {"model": body.get("model"), "generate_response": gens[0], "prompt_tokens": len(prompts[0]),
-                "prompt_token_ids": prompts[0], "chat_request": body}
-    return {"model": body.get("model"), "generate_responses": gens, "prompt_tokens": [len(p) for p in prompts],
-            "prompt_token_ids": prompts, "completion_request": body}
 
 
 def _derender_failed(exc: Exception) -> HopError:
@@ -55,74 +50,132 @@ def _derender_failed(exc: Exception) -> HopError:
     return HopError("derender", 502, f"derender hop failed on the engine output: {message}")
 
 
+def _engine_output(gen: dict) -> GenerateResponse:
+    """An engine response/chunk as derender reads it. Raises `HopError` 502 when it is not one."""
+    try:
+        return GenerateResponse.model_validate(gen)
+    except pydantic.ValidationError as exc:
+        raise _derender_failed(exc) from None
+
+
+def _derender_fields(req: ChatCompletionRequest | CompletionRequest) -> ChatRequestFields:
+    """The fields derender reads, taken from the already-validated request (no second validation)."""
+    values = {name: getattr(req, name) for name in ChatRequestFields.model_fields if hasattr(req, name)}
+    opts = values.get("stream_options")
+    if isinstance(opts, pydantic.BaseModel):
+        values["stream_options"] = opts.model_dump()
+    return ChatRequestFields.model_construct(**values)
+
+
+def _validate(model: type[T], body: dict) -> T:
+    """The client body validated once; pydantic errors become one 400 naming the field."""
+    try:
+        return model.model_validate(body)
+    except pydantic.ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        param = ".".join(str(p) for p in errors[0]["loc"]) or None
+        summary = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in errors[:5])
+        raise bad_request(f"{len(errors)} validation error(s): {summary}", param=param) from None
+
+
 class LocalHops:
-    """Render and derender in this process with ``bundle`` (a `ModelBundle`) and ``config``."""
+    """Render and derender in this process with ``bundle`` (a `ModelBundle`) and ``config``;
+    CPU-heavy work runs on a small thread pool so the event loop keeps serving."""
 
     def __init__(self, bundle: Any, config: ServeConfig) -> None:
-        self.ctx = AppContext(bundle=bundle, config=config)
+        self.bundle, self.config = bundle, config
         self.derenderer = Derenderer(bundle, config)
+        self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="cpu")
 
-    async def render(self, kind: str, body: dict, request_id: str) -> list[dict]:
+    async def run_cpu(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the thread pool (tokenizers releases the GIL)."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    def check_model(self, model: str | None) -> None:
+        """404 unless ``model`` is null or one of the served names (wire brief §0)."""
+        names = self.bundle.served_model_names
+        if model is not None and model not in names:
+            raise OpenAIError(404, f"The model `{model}` does not exist. Valid aliases: {', '.join(names)}.",
+                              param="model")
+
+    async def render(self, kind: str, body: dict, request_id: str) -> tuple[list[dict], Any]:
         """Raises `OpenAIError` (400 bad request, 404 unknown model)."""
         if kind == "chat":
-            req = validate(ChatCompletionRequest, body)
-            self.ctx.check_model(req.model)
-            return [await self.ctx.run_cpu(render_chat, self.ctx.bundle, self.ctx.config, req, request_id)]
-        creq = validate(CompletionRequest, body)
-        self.ctx.check_model(creq.model)
-        return await self.ctx.run_cpu(render_completion, self.ctx.bundle, self.ctx.config, creq, request_id)
+            req = _validate(ChatCompletionRequest, body)
+            self.check_model(req.model)
+            return [await self.run_cpu(render_chat, self.bundle, self.config, req, request_id)], req
+        creq = _validate(CompletionRequest, body)
+        self.check_model(creq.model)
+        return await self.run_cpu(render_completion, self.bundle, self.config, creq, request_id), creq
 
-    async def derender(self, kind: str, payload: dict) -> dict:
+    async def derender(self, kind: str, req: Any, gens: list[dict], prompts: list[list[int]]) -> dict:
+        fields = _derender_fields(req)
+        responses = [_engine_output(g) for g in gens]
+        if kind == "chat":
+            call = DerenderChatRequest.model_construct(
+                stream=False, model=req.model, generate_response=responses[0], prompt_tokens=len(prompts[0]),
+                prompt_token_ids=prompts[0], chat_request=fields, parse_context=None, sampling_params=None)
+            fn = self.derenderer.chat
+        else:
+            call = DerenderCompletionRequest.model_construct(
+                stream=False, model=req.model, generate_responses=responses, prompt_tokens=[len(p) for p in prompts],
+                prompt_token_ids=prompts, completion_request=fields, sampling_params=None)
+            fn = self.derenderer.completion
         try:
-            if kind == "chat":
-                return await self.ctx.run_cpu(self.derenderer.chat, validate(DerenderChatRequest, payload))
-            return await self.ctx.run_cpu(self.derenderer.completion, validate(DerenderCompletionRequest, payload))
+            return await self.run_cpu(fn, call)
         except OpenAIError as exc:
             raise _derender_failed(exc) from None
 
-    def open_stream(self, kind: str, body: dict, prompt_ids: list[int]) -> "LocalStream":
-        return LocalStream(self.derenderer, kind, body, prompt_ids)
+    def open_stream(self, kind: str, req: Any, prompt_ids: list[int]) -> "LocalStream":
+        return LocalStream(self.derenderer, kind, req, prompt_ids)
 
 
 class LocalStream:
     """Streaming derender of one request with the per-choice state kept in memory."""
 
-    def __init__(self, d: Derenderer, kind: str, body: dict, prompt_ids: list[int]) -> None:
-        fields = validate(ChatRequestFields, body)
+    def __init__(self, d: Derenderer, kind: str, req: Any, prompt_ids: list[int]) -> None:
+        fields = _derender_fields(req)
         if kind == "chat":
             plan = chat_plan(d.bundle, d.config, fields, None, None)
         else:
             plan = completion_plan(d.bundle, fields, None)
         self.session = StreamSession(d, plan, prompt_ids, {"c": int(time.time()), "pl": len(prompt_ids), "ch": {}})
-        self.model = body.get("model") or d.bundle.served_model_names[0]
+        self.model = d.model_name(req.model)
         self.prompt_tokens = len(prompt_ids)
 
     async def step(self, chunk: dict) -> dict:
+        gen = _engine_output(chunk)
         try:
-            gen = GenerateResponse.model_validate(chunk)
             choices = self.session.step(gen, streaming_keep_empty=False)
-        except (OpenAIError, pydantic.ValidationError) as exc:
+        except OpenAIError as exc:
             raise _derender_failed(exc) from None
         return self.session.chunk(gen, choices, self.model, self.prompt_tokens)
 
 
 class RemoteHops:
     """Render and derender on the render server at ``url``; ``client()`` is the driver's
-    shared `httpx.AsyncClient`."""
+    shared `httpx.AsyncClient`. The client body travels as it came."""
 
     def __init__(self, url: str, client: Callable[[], httpx.AsyncClient]) -> None:
         self.url = url
         self.client = client
 
-    async def render(self, kind: str, body: dict, request_id: str) -> list[dict]:
+    async def render(self, kind: str, body: dict, request_id: str) -> tuple[list[dict], dict]:
         out = await post_json(self.client(), "render", self.url, RENDER_PATHS[kind], body,
                               headers={"X-Request-Id": request_id})
         gens = [out] if kind == "chat" else out
         if not isinstance(gens, list) or not gens or not all(isinstance(g, dict) and g.get("token_ids") for g in gens):
             raise HopError("render", 502, f"render hop failed: {self.url} returned something that is not a GenerateRequest.")
-        return gens
+        return gens, body
 
-    async def derender(self, kind: str, payload: dict) -> dict:
+    async def derender(self, kind: str, body: dict, gens: list[dict], prompts: list[list[int]]) -> dict:
+        if kind == "chat":
+            payload = {"model": body.get("model"), "generate_response": gens[0], "prompt_tokens": len(prompts[0]),
+                       "prompt_token_ids": prompts[0], "chat_request": body}
+        else:
+            payload = {"model": body.get("model"), "generate_responses": gens,
+                       "prompt_tokens": [len(p) for p in prompts], "prompt_token_ids": prompts,
+                       "completion_request": body}
         return await post_json(self.client(), "derender", self.url, DERENDER_PATHS[kind], payload)
 
     def open_stream(self, kind: str, body: dict, prompt_ids: list[int]) -> "RemoteStream":

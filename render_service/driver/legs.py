@@ -1,16 +1,39 @@
-"""A rendered `GenerateRequest` → the prefill leg and the decode leg (wire brief §6.1). Pure.
+"""Legs and attempts: one rendered prompt through the prefill and decode engines.
 
-Both legs go to tokens-only engines, which reject ``stop`` strings (§1.8): the driver
-strips them and derender applies them to the decoded text instead (and the driver aborts
-decode once derender has seen one). ``model`` is dropped: the driver already checked it
-against its own served names, and engines may serve the same weights under another name.
+- `prefill_leg` / `decode_leg`: a rendered `GenerateRequest` → the two engine bodies
+  (wire brief §6.1). Both legs go to tokens-only engines, which reject ``stop`` strings
+  (§1.8): the driver strips them and derender applies them to the decoded text instead
+  (and the driver aborts decode once derender has seen one). ``model`` is dropped: the
+  driver already checked it against its own served names, and engines may serve the same
+  weights under another name.
+- `Leg`: runs them (HTTP), `Attempts`: which instance to try next when one cannot be
+  reached, `RequestScope`: the engine requests to abort once the client request is over,
+  `Collected`: a decode stream folded back into one ``GenerateTokensResponse``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator
 
-from ..wire.generate import OUTPUT_KIND_DELTA, OUTPUT_KIND_FINAL_ONLY
+import httpx
+import orjson
+
+from ..render import new_request_id
+from ..wire import sse
+from ..wire.generate import ENGINE_ID_PREFIX, OUTPUT_KIND_DELTA, OUTPUT_KIND_FINAL_ONLY
+from .upstream import HopError, Pool, error_from_event, error_from_exception, error_from_status, post_json, sse_data
+
+if TYPE_CHECKING:
+    from .flow import Driver
+    from .timing import HopTimer
+
+log = logging.getLogger("render_service.driver")
+
+GENERATE_PATH = "/inference/v1/generate"
 
 # §6.1 step 2: what the proxy sends prefill so that it keeps the KV for a remote decode.
 PREFILL_KV_PARAMS: dict[str, Any] = {
@@ -45,3 +68,180 @@ def decode_leg(gen: dict[str, Any], kv_transfer_params: dict | None, continuous_
     return {**gen, "sampling_params": sp, "model": None, "stream": True,
             "stream_options": {"include_usage": True, "continuous_usage_stats": continuous_usage},
             "kv_transfer_params": kv_transfer_params}
+
+
+@dataclass
+class RequestScope:
+    """Cleanup owed by one client request: engine legs ``(hop, url, engine_request_id)`` to abort."""
+
+    to_abort: list[tuple[str, str, str]] = field(default_factory=list)
+    abort_reason: str = "error"
+
+    @contextlib.contextmanager
+    def leg(self, hop: str, url: str, engine_id: str) -> Iterator[None]:
+        """Record an abort for this leg if the block ends other than with a complete answer."""
+        try:
+            yield
+        except HopError as exc:
+            if not (exc.unreachable or exc.answered):
+                self.to_abort.append((hop, url, engine_id))
+            raise
+        except BaseException:
+            self.to_abort.append((hop, url, engine_id))
+            raise
+
+
+class Leg:
+    """One rendered prompt on its way through prefill and decode."""
+
+    def __init__(self, driver: "Driver", gen: dict, conversation: str | None, scope: RequestScope,
+                 timer: HopTimer) -> None:
+        self.driver, self.gen, self.conversation, self.scope, self.timer = driver, gen, conversation, scope, timer
+        self.prompt: list[int] = gen["token_ids"]
+        self.n = int((gen.get("sampling_params") or {}).get("n") or 1)
+        rid = str(gen.get("request_id") or new_request_id())
+        self.engine_id = ENGINE_ID_PREFIX + rid
+        self.headers = {"X-Request-Id": rid}
+        if conversation is not None:
+            self.headers["X-Session-ID"] = conversation
+        self.kv_params: dict | None = None
+        self.prefill_done = 0.0
+
+    async def prefill(self) -> None:
+        """Run the prefill leg; keeps its ``kv_transfer_params`` for decode."""
+        pool, client = self.driver.pools["prefill"], self.driver.client()
+        body = prefill_leg(self.gen)
+        with self.timer.measure("prefill"):
+            attempts = self.driver.attempts("prefill", self.conversation)
+            for url in attempts:
+                with pool.use(url), self.scope.leg("prefill", url, self.engine_id):
+                    try:
+                        resp = await post_json(client, "prefill", url, GENERATE_PATH, body, self.headers)
+                    except HopError as exc:
+                        if exc.unreachable:
+                            attempts.failed(exc)
+                            continue
+                        raise
+                break
+        self.prefill_done = time.perf_counter()
+        params = resp.get("kv_transfer_params") if isinstance(resp, dict) else None
+        self.kv_params = params if isinstance(params, dict) else None
+        self.driver.notify("prefill_done", {"request_id": self.engine_id, "url": url,
+                                            "kv_transfer_params": self.kv_params})
+
+    async def decode_events(self, continuous_usage: bool) -> AsyncIterator[dict]:
+        """The decode leg's SSE chunks as dicts, until ``[DONE]``.
+
+        Raises:
+            HopError: connect failure on every instance (503), non-200 answer, an error
+            event in the stream (502), timeout (504), broken connection (502).
+        """
+        pool, client = self.driver.pools["decode"], self.driver.client()
+        content = orjson.dumps(decode_leg(self.gen, self.kv_params, continuous_usage))
+        headers = {"content-type": "application/json", **self.headers}
+        attempts = self.driver.attempts("decode", self.conversation)
+        for url in attempts:
+            request = client.build_request("POST", url + GENERATE_PATH, content=content, headers=headers)
+            with self.scope.leg("decode", url, self.engine_id):
+                try:
+                    response = await client.send(request, stream=True)
+                except httpx.HTTPError as exc:
+                    err = error_from_exception("decode", url, exc)
+                    if err.unreachable:
+                        attempts.failed(err)
+                        continue
+                    raise err from None
+            break
+        with pool.use(url), self.scope.leg("decode", url, self.engine_id):
+            try:
+                if response.status_code != 200:
+                    raise error_from_status("decode", url, response.status_code, await response.aread())
+                async for data in sse_data(response):
+                    if sse.is_done(data):
+                        return
+                    try:
+                        chunk = orjson.loads(data)
+                    except orjson.JSONDecodeError:
+                        raise HopError("decode", 502, f"decode hop failed: {url} sent an event that is not JSON.") from None
+                    if isinstance(chunk, dict) and "error" in chunk:  # the engine ended the request and says why
+                        raise error_from_event("decode", url, chunk["error"])
+                    yield chunk
+                raise HopError("decode", 502, f"decode hop failed: the stream from {url} ended without [DONE].")
+            except httpx.HTTPError as exc:
+                raise error_from_exception("decode", url, exc) from None
+            except sse.SSEError as exc:
+                raise HopError("decode", 502, f"decode hop failed: {url} sent an {exc}.") from None
+            finally:
+                await response.aclose()
+
+
+class Attempts:
+    """The instances of one hop to try for one leg, best first (`Pool.order`). Iterating
+    past the last one raises a single 503 that lists every connect failure."""
+
+    def __init__(self, driver: "Driver", pool: Pool, key: str | None) -> None:
+        self.driver, self.pool, self.order = driver, pool, pool.order(key)
+        self.errors: list[str] = []
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.order
+        hop = self.pool.hop
+        raise HopError(hop, 503, f"{hop} hop failed: no {hop} engine could be reached: {'; '.join(self.errors)}.")
+
+    def failed(self, err: HopError) -> None:
+        """The last instance yielded could not be connected to; the next one is tried."""
+        log.warning("%s", err.message)
+        self.driver.metrics.upstream_errors.labels(self.pool.hop, "connect").inc()
+        self.errors.append(err.message.removeprefix(f"{self.pool.hop} hop failed: ").rstrip("."))
+
+
+class Collected:
+    """A decode stream folded into the non-streaming ``GenerateTokensResponse`` (§1.8)."""
+
+    def __init__(self, leg: Leg) -> None:
+        self.leg = leg
+        self.request_id = leg.engine_id
+        self.choices: dict[int, dict] = {}
+        self.usage: dict | None = None
+        self.metrics: Any = None
+        self.prompt_token_ids: list[int] | None = None
+
+    def add(self, chunk: dict) -> None:
+        self.request_id = chunk.get("request_id") or self.request_id
+        self.usage = chunk.get("usage") or self.usage
+        self.metrics = chunk.get("metrics") or self.metrics
+        self.prompt_token_ids = self.prompt_token_ids or chunk.get("prompt_token_ids")
+        for c in chunk.get("choices") or []:
+            acc = self.choices.setdefault(c.get("index", 0), {"token_ids": [], "finish_reason": None,
+                                                             "stop_reason": None, "logprobs": None})
+            acc["token_ids"] += c.get("token_ids") or []
+            if c.get("finish_reason"):
+                acc["finish_reason"], acc["stop_reason"] = c["finish_reason"], c.get("stop_reason")
+            if c.get("logprobs"):
+                lp = acc["logprobs"] or {"content": []}
+                lp["content"] += c["logprobs"].get("content") or []
+                acc["logprobs"] = lp
+
+    def response(self) -> dict:
+        """Raises `HopError` (502) when a choice ended without a single token."""
+        choices = []
+        for index in sorted(self.choices):
+            c = self.choices[index]
+            if not c["token_ids"]:
+                raise HopError("decode", 502, f"decode hop failed: the engine ended choice {index} without a token "
+                                              f"(finish_reason {c['finish_reason']!r}).", answered=True)
+            # A choice cut short by the driver (stop string) has no engine finish: "abort"
+            # tells derender nothing was dropped; it reports the stop string it finds.
+            choices.append({"index": index, "finish_reason": c["finish_reason"] or "abort",
+                            "stop_reason": c["stop_reason"], "token_ids": c["token_ids"], "routed_experts": None,
+                            "sampling_mask": None, "weight_versions": None, "logprobs": c["logprobs"]})
+        if not choices:
+            raise HopError("decode", 502, "decode hop failed: the engine stream carried no tokens.", answered=True)
+        completion = sum(len(c["token_ids"]) for c in choices)
+        usage = self.usage or {"prompt_tokens": len(self.leg.prompt), "completion_tokens": completion,
+                               "total_tokens": len(self.leg.prompt) + completion}
+        return {"request_id": self.request_id, "model": None, "created": int(time.time()), "usage": usage,
+                "prompt_logprobs": None, "prompt_token_id_logprobs": None,
+                "prompt_token_ids": self.prompt_token_ids, "mm_placeholders": None, "metrics": self.metrics,
+                "kv_transfer_params": None, "ec_transfer_params": None, "output_mode": "tokens",
+                "choices": choices}
