@@ -142,3 +142,14 @@ def test_inline_system_messages_merge_where_the_template_demands_it(tmp_path):
         text = Tokenizer.from_file(str(MODELS / "qwen3" / "tokenizer.json")).decode(r.json()["token_ids"],
                                                                                     skip_special_tokens=False)
         assert "Hello.<|im_end|>\n<|im_start|>system\n Rule B.<|im_end|>" in text
+
+
+@pytest.mark.parametrize("model, effort", [("qwen3", "none"), ("llama-3.2-instruct", "low")])
+def test_disabled_thinking_maps_to_the_probed_effort(model, effort):
+    """vLLM's auto rule: ``none`` only where the template can turn thinking off."""
+    with render_server(str(MODELS / model)) as url:
+        name = httpx.get(url + "/v1/models").json()["data"][0]["id"]
+        r = httpx.post(url + "/v1/messages/render", json={"model": name, "max_tokens": 16, "thinking": {"type": "disabled"},
+                                                          "messages": [{"role": "user", "content": "Hi"}]})
+        assert r.status_code == 200, r.text
+        assert r.json()["parse_context"]["chat_template_kwargs"]["reasoning_effort"] == effort
