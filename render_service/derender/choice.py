@@ -16,9 +16,11 @@ so streamed deltas concatenate to the non-streaming message by construction.
 The gates after the parser: reasoning is dropped with ``include_reasoning:false``; with
 ``parallel_tool_calls:false`` only call 0 is kept; whitespace-only content before the
 first tool call is held and dropped if a call follows (hermes rule, §5.3 — applied
-identically to both paths instead of only to the non-streaming one); a call that ends
-without any argument text gets ``"{}"`` (shared case 11); calls get
-``chatcmpl-tool-<16hex>`` ids unless the format carries its own (kimi_k2).
+identically to both paths instead of only to the non-streaming one); calls get
+``chatcmpl-tool-<16hex>`` ids unless the format carries its own (kimi_k2). A complete
+call's arguments are a JSON object by the parsers' event contract (``"{}"`` for a
+parameterless call, shared case 11 — checked for every family by the invariant tests);
+a cut-off call keeps the partial text the model wrote, nothing is added here.
 
 Nothing in the state grows with output already sent: the detokenizer window, the
 stop-string hold-back, the parser's own unfinished state, and a few counters.
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parsers.api import OutputParser, ParserSpec, create_parser, prompt_starts_in_reasoning
-from parsers.events import Content, Reasoning, ToolCallArguments, ToolCallEnd, ToolCallStart
+from parsers.events import Content, Reasoning, ToolCallArguments, ToolCallStart
 
 from .detokenize import IncrementalDetokenizer
 from ..tokenizer import TextTokenizer
@@ -95,7 +97,7 @@ class ChoiceStream:
             self.starts_in_reasoning = self._starts_in_reasoning(prompt_ids)
             self.parser = create_parser(self._spec()) if plan.has_parser else None
             self.n_tokens, self.role_sent, self.done, self.calls = 0, False, False, 0
-            self.ws, self.content_started, self.open_without_args = "", False, []
+            self.ws, self.content_started = "", False
             self.lp = LogprobDecoder(tokenizer)
             self.text_offset = 0
             return
@@ -111,7 +113,8 @@ class ChoiceStream:
             self.role_sent, self.done = bool(state.get("r")), bool(state.get("x"))
             self.calls = _int(state.get("c", 0))
             self.ws, self.content_started = str(state.get("w", "")), bool(state.get("cs"))
-            self.open_without_args = [_int(i) for i in state.get("na", [])]
+            # "na" (calls still without argument text) in states from earlier versions is
+            # moot: the parser itself writes a complete call's "{}"
             self.lp = LogprobDecoder(tokenizer, [_int(i) for i in state.get("lc", [])])
             self.text_offset = _int(state.get("to", 0))
         except (KeyError, TypeError, AttributeError) as exc:
@@ -128,7 +131,6 @@ class ChoiceStream:
             st["sr"] = self.starts_in_reasoning
         for key, value, default in (("r", self.role_sent, False), ("x", self.done, False), ("c", self.calls, 0),
                                     ("w", self.ws, ""), ("cs", self.content_started, False),
-                                    ("na", self.open_without_args, []),
                                     ("lc", self.lp.context, []), ("to", self.text_offset, 0)):
             if value != default:
                 st[key] = value
@@ -219,17 +221,10 @@ class ChoiceStream:
                 self.ws = ""
                 self.calls += 1
                 calls[ev.index] = ToolCallDelta(ev.index, ev.id or f"chatcmpl-tool-{secrets.token_hex(8)}", ev.name)
-                self.open_without_args.append(ev.index)
             elif isinstance(ev, ToolCallArguments):
                 if not ev.text or (not plan.parallel_tool_calls and ev.index > 0):
                     continue
                 calls.setdefault(ev.index, ToolCallDelta(ev.index)).arguments += ev.text
-                if ev.index in self.open_without_args:
-                    self.open_without_args.remove(ev.index)
-            elif isinstance(ev, ToolCallEnd):
-                if ev.index in self.open_without_args:
-                    self.open_without_args.remove(ev.index)
-                    calls.setdefault(ev.index, ToolCallDelta(ev.index)).arguments += "{}"
         if final and self.ws and not self.calls:
             content.append(self.ws)
             self.ws = ""
