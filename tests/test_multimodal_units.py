@@ -201,3 +201,11 @@ def test_cache_counts_encodings():
     kwargs_b64, _ = cache.encodings("h", entry)
     assert kwargs_b64 and base64.b64decode(kwargs_b64)
     assert cache.size_bytes == 100 + len(kwargs_b64)
+
+
+def test_compiled_and_numpy_resize_agree():
+    """The numba kernels and the NumPy steps are the same integer arithmetic (either may run)."""
+    rng = np.random.default_rng(3)
+    for h, w, oh, ow in [(37, 91, 56, 84), (300, 200, 140, 112), (5, 800, 28, 812), (64, 64, 64, 128)]:
+        img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        assert (resize_bicubic_aa(img, oh, ow, compiled=False) == resize_bicubic_aa(img, oh, ow)).all()

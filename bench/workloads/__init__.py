@@ -1,12 +1,13 @@
-"""The five workloads of ``render-service bench``, by CLI name (see `bench.workloads.base`)."""
+"""The workloads of ``render-service bench``, by CLI name (see `bench.workloads.base`)."""
 
 from __future__ import annotations
 
 from .base import Call, InvalidResponse, Probe, Session, Workload
 from .derender import Derender, StreamDerender
 from .four_hop import FourHop
+from .multimodal import RenderMM
 from .render import AgentLoop, RenderLong
 
-WORKLOADS: dict[str, type[Workload]] = {w.name: w for w in (RenderLong, AgentLoop, Derender, StreamDerender, FourHop)}
+WORKLOADS: dict[str, type[Workload]] = {w.name: w for w in (RenderLong, AgentLoop, Derender, StreamDerender, FourHop, RenderMM)}
 
 __all__ = ["WORKLOADS", "Call", "InvalidResponse", "Probe", "Session", "Workload"]

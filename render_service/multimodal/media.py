@@ -10,7 +10,6 @@ redirects. Every failure is a 400 in the OpenAI error shape; nothing here decode
 from __future__ import annotations
 
 import asyncio
-import base64
 import binascii
 import os
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import httpx
+import pybase64
 
 from ..errors import OpenAIError, bad_request
 
@@ -68,7 +68,7 @@ def load_data_url(url: str, limits: MediaLimits, param: str | None = None) -> Me
     if len(payload) * 3 // 4 > limits.max_bytes + 3:
         raise _too_big(len(payload) * 3 // 4, limits, param)
     try:
-        data = base64.b64decode(payload, validate=True)
+        data = pybase64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
         raise bad_request("Data URL payload is not valid base64.", param) from None
     if len(data) > limits.max_bytes:

@@ -13,10 +13,9 @@ with) produces the same bytes.
 
 from __future__ import annotations
 
-import base64
-
 import msgspec
 import numpy as np
+import pybase64   # SIMD base64 (what vLLM uses): ~10x the stdlib's speed on multi-MB payloads
 
 from .items import Field, ProcessedItem
 
@@ -53,7 +52,7 @@ def encode_item(item: ProcessedItem, *, metadata_only: bool = False) -> str | No
     if not fields:
         return None
     payload = {name: {"data": _tensor(f), "field": _descriptor(f)} for name, f in fields.items()}
-    return base64.b64encode(_encoder.encode(payload)).decode("ascii")
+    return pybase64.b64encode(_encoder.encode(payload)).decode("ascii")
 
 
 def decode_item(b64: str) -> dict[str, tuple[str, list[int], bytes, list]]:
@@ -63,5 +62,5 @@ def decode_item(b64: str) -> dict[str, tuple[str, list[int], bytes, list]]:
             raise ValueError(f"unexpected msgpack extension {code}")
         return bytes(data)
 
-    obj = msgspec.msgpack.decode(base64.b64decode(b64), ext_hook=ext_hook)
+    obj = msgspec.msgpack.decode(pybase64.b64decode(b64), ext_hook=ext_hook)
     return {name: (v["data"][0], v["data"][1], v["data"][2], v["field"]) for name, v in obj.items()}

@@ -1,0 +1,75 @@
+"""``render-mm`` bench workload: deterministic bodies, cold images, and a short real run.
+
+Figures are not asserted (speed lives in the bench's output); bodies, counts and the answer
+checks are.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from bench.workloads.multimodal import SIZES, RenderMM, check_render_mm, with_ticket
+from render_service.cli import main
+
+from conftest import MODELS, render_server
+
+QWEN_VL = MODELS / "qwen2.5-vl-instruct"
+
+
+class _Probe:
+    model = None
+
+
+def _workload() -> RenderMM:
+    w = RenderMM(seed=1)
+    w.prepare(_Probe())
+    return w
+
+
+def _urls(body: dict) -> list[str]:
+    return [p["image_url"]["url"] for p in body["messages"][0]["content"] if p["type"] == "image_url"]
+
+
+def test_bodies_are_deterministic_and_images_are_cold():
+    a, b = _workload(), _workload()
+    bodies = [next(a.session(i)).body for i in range(12)]
+    assert bodies == [next(b.session(i)).body for i in range(12)]
+    urls = [u for body in bodies for u in _urls(body)]
+    assert all(1 <= len(_urls(body)) <= 4 for body in bodies)
+    assert len(set(urls)) == len(urls)                 # every image's bytes (so its mm_hash) are new
+    sizes = {Image.open(io.BytesIO(base64.b64decode(u.split(",", 1)[1]))).size for u in urls}
+    assert sizes <= set(SIZES) and len(sizes) > 1
+
+
+def test_ticket_changes_bytes_not_pixels():
+    w = _workload()
+    jpeg = w.pool[SIZES[0]][0]
+    marked = with_ticket(jpeg, 42)
+    assert marked != jpeg
+    assert (np.asarray(Image.open(io.BytesIO(marked))) == np.asarray(Image.open(io.BytesIO(jpeg)))).all()
+
+
+def test_check_requires_features():
+    ok = {"token_ids": [1, 2], "features": {"mm_hashes": {"image": ["h"]},
+                                            "mm_placeholders": {"image": [{"offset": 0, "length": 2}]}}}
+    assert check_render_mm(ok) == {"prompt_tokens": 2, "images": 1, "image_tokens": 2}
+    with pytest.raises(Exception):
+        check_render_mm({"token_ids": [1], "features": None})
+
+
+@pytest.mark.skipif(not QWEN_VL.is_dir(), reason="../shared/models/qwen2.5-vl-instruct not present")
+def test_short_run_against_a_live_server(tmp_path):
+    with render_server(str(QWEN_VL)) as url:
+        rc = main(["bench", "render-mm", "--target", url, "--tokenizer", str(QWEN_VL), "--max-requests", "4",
+                   "--warmup", "1", "--concurrency", "2", "--quiet", "--out", str(tmp_path)])
+    assert rc == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    (run,) = doc["workloads"][0]["runs"]
+    assert run["ok"] == run["issued"] >= 4 and run["error_total"] == 0
+    assert run["extra"]["images_total"] >= run["ok"]
