@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
+import importlib.util
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 
 from .loadgen import Bounds, LoadSpec, run_phase
@@ -30,6 +33,7 @@ from .targets import (SpawnedServer, Target, TargetError, check_reachable, check
 from .tokens import TokenizerLoadError, load_tokenizer
 from .workloads import WORKLOADS, Probe, Workload
 
+PROGRESS_EVERY_S = 10.0     # progress line period when stderr is not a terminal
 ROUND_BASE = 10**6          # session index base of round r: r * ROUND_BASE
 SWEEP_BASE = 100 * 10**6    # sweep step s: SWEEP_BASE + s * ROUND_BASE
 WARMUP_BASE = 999 * 10**6
@@ -164,6 +168,9 @@ def _check_flags(args: argparse.Namespace, workloads: list[Workload]) -> list[st
                          "(--spawn starts a render server only)")
     if args.warmup < 0:
         raise UsageError("--warmup must be >= 0")
+    if args.out and importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("--out writes PNG plots with matplotlib, which is not installed: "
+                         "pip install 'render-service[bench]' (checked before measuring, so no run is lost)")
     urls = [args.target] if args.target else []
     return [check_url(u, args.allow_remote) for u in urls + args.baseline]
 
@@ -195,6 +202,8 @@ def _run(args: argparse.Namespace) -> int:
            "workloads": results}
     if args.out:
         out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(doc, indent=1, default=str))  # the figures first, safe
         from .plots import write_plots
 
         for result in results:
@@ -236,11 +245,38 @@ def _targets(args, urls: list[str], workloads: list[Workload], spawned: list[Spa
     return targets
 
 
-def _progress(args, desc: str, total: int | None):
-    from tqdm import tqdm
+class _ProgressLines:
+    """Progress for logs and CI (stderr not a terminal): one line every ``PROGRESS_EVERY_S``."""
 
-    return tqdm(total=total, desc=desc, unit="req", file=sys.stderr, leave=False, dynamic_ncols=True,
-                disable=args.quiet or not sys.stderr.isatty())
+    def __init__(self, desc: str, total: int | None) -> None:
+        self.desc, self.total, self.n = desc, total, 0
+        self.t0 = self.last = time.monotonic()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_EVERY_S:
+            self.last = now
+            of = f"/{self.total}" if self.total else ""
+            print(f"render-service bench: {self.desc}: {self.n}{of} requests, {now - self.t0:.0f} s",
+                  file=sys.stderr, flush=True)
+
+    def __enter__(self) -> "_ProgressLines":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+def _progress(args, desc: str, total: int | None):
+    """A tqdm bar on a terminal, periodic lines otherwise, nothing with ``--quiet``."""
+    if args.quiet:
+        return contextlib.nullcontext(None)
+    if sys.stderr.isatty() and importlib.util.find_spec("tqdm") is not None:
+        from tqdm import tqdm
+
+        return tqdm(total=total, desc=desc, unit="req", file=sys.stderr, leave=False, dynamic_ncols=True)
+    return _ProgressLines(desc, total)
 
 
 def _phase(args, target: Target, workload: Workload, load: LoadSpec, bounds: Bounds, base: int, desc: str):
@@ -287,6 +323,7 @@ def _bench_workload(args, workload: Workload, targets: list[Target], tokenizer) 
                 phases[t.name].append(ph)
                 cpu[t.name] = None if used is None or cpu[t.name] is None else cpu[t.name] + used
         result["runs"] = [run_record(t.name, main_load, phases[t.name], cpu[t.name], workload) for t in targets]
+        _warn_unfinished(workload, result["runs"])
         result["comparison"] = comparison(result["runs"])
     if args.sweep:
         result["sweep"] = _sweep(args, workload, targets)
@@ -295,6 +332,18 @@ def _bench_workload(args, workload: Workload, targets: list[Target], tokenizer) 
                                                   args.slo_ms, args.target_rate) for t in targets}
     print(table(result, workload) + "\n", flush=True)
     return result
+
+
+def _warn_unfinished(workload: Workload, runs: list[dict]) -> None:
+    """A run in which no session finished measured starts, not throughput: say so."""
+    if workload.unit == "request":
+        return
+    for run in runs:
+        sessions = run["sessions"]
+        if sessions["started"] and not sessions["completed"]:
+            _warn(f"{workload.name}: no {workload.unit} finished on {run['target']} within the run "
+                  f"({sessions['started']} started, {sessions['cut']} cut at the bound), so '{workload.unit}s/s' "
+                  f"counts starts only; raise --duration or --max-requests")
 
 
 def _point(run: dict) -> dict:

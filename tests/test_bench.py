@@ -68,7 +68,8 @@ def test_render_long_and_stream_derender_side_by_side(qwen_pair, tmp_path, capsy
     a, b = qwen_pair
     rc = bench("render-long", "stream-derender", "--target", a, "--baseline", b, "--tokenizer", str(QWEN),
                "--prompt-tokens", "1500", "--call-tokens", "80", "--duration", "1.2", "--out", str(tmp_path), *QUICK)
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert rc == 0
     doc = load_results(tmp_path)
     render, stream = doc["workloads"]
@@ -82,8 +83,15 @@ def test_render_long_and_stream_derender_side_by_side(qwen_pair, tmp_path, capsy
     for run in stream["runs"]:
         assert run["error_total"] == 0
         assert [w["position"] for w in run["extra"]["by_position"]] == [0, 20, 40, 60]
-        assert run["sessions"]["completed"] >= 1
-        assert set(run["extra"]["stream_finish_reasons"]) == {"tool_calls"}  # the hermes call was parsed
+        sessions = run["sessions"]
+        assert sessions["started"] >= 1
+        assert sessions["completed"] + sessions["failed"] + sessions["cut"] <= sessions["started"]
+        # How many streams finish in 1.2 s depends on the machine's load, not on the code: a
+        # finished one was parsed as the hermes call; none finished is said in a warning.
+        if sessions["completed"]:
+            assert set(run["extra"]["stream_finish_reasons"]) == {"tool_calls"}  # the hermes call was parsed
+        else:
+            assert f"no stream finished on {run['target']}" in captured.err
     for label in ("req/s", "p50 ms", "p99 ms", "server CPU ms/req", "target/baseline",
                   "rendered prompt tokens (max)", "chunk p50 ms @ call token 0", "chunk p50 ms @ call token 60"):
         assert label in out
@@ -273,3 +281,43 @@ def test_four_hop_through_the_driver(tmp_path, stream):
     assert (run["issued"], run["ok"]) == (6, 6)
     assert run["extra"]["finish_reasons"] == {"tool_calls": 6}
     assert (run["extra"]["ttft_p50_ms"] is not None) == stream
+
+
+def test_out_without_matplotlib_refused_before_measuring(monkeypatch, tmp_path, capsys):
+    """`--out` needs matplotlib for the plots: without it the run stops at the flags, before
+    a single request (it used to measure, print, then die and lose the run)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    rc = bench("render-long", "--target", "http://127.0.0.1:9", "--out", str(tmp_path), "--quiet")
+    assert rc == 2
+    assert "matplotlib" in capsys.readouterr().err
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_progress_lines_when_not_a_terminal(monkeypatch, capsys):
+    import argparse
+
+    from bench import cli as bench_cli
+
+    monkeypatch.setattr(bench_cli, "PROGRESS_EVERY_S", 0.0)
+    with bench_cli._progress(argparse.Namespace(quiet=False), "render-long target round 1/2", 3) as bar:
+        bar.update(1)
+        bar.update(1)
+    err = capsys.readouterr().err
+    assert "render-long target round 1/2: 2/3 requests" in err
+    with bench_cli._progress(argparse.Namespace(quiet=True), "quiet", None) as bar:
+        assert bar is None
+
+
+def test_warns_when_no_session_finished(capsys):
+    from bench import cli as bench_cli
+    from bench.workloads import WORKLOADS
+
+    stream = WORKLOADS["stream-derender"]
+    runs = [{"target": "target", "sessions": {"started": 2, "completed": 0, "failed": 0, "cut": 2}},
+            {"target": "baseline", "sessions": {"started": 2, "completed": 1, "failed": 0, "cut": 1}}]
+    bench_cli._warn_unfinished(stream, runs)
+    err = capsys.readouterr().err
+    assert "no stream finished on target" in err and "baseline" not in err
