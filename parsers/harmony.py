@@ -10,7 +10,8 @@ Theory of operation. Three states: OUT (between messages; stray text is content)
 (collecting a message header up to ``<|message|>``; output starts here, because the
 prompt ends with ``<|start|>assistant`` and the model may go on with `` to=functions.x``)
 and MSG (a message body up to
-``<|end|>``/``<|call|>``/``<|return|>``). The header decides where the body goes:
+``<|end|>``/``<|call|>``/``<|return|>``); :data:`TRANSITIONS` is the table of the markers
+each state waits for and where they lead. The header decides where the body goes:
 
 * a recipient ``to=functions.NAME`` — or a bare ``to=NAME`` that is not a built-in tool —
   on ANY channel is a tool call (case 20: gpt-oss sometimes calls from ``analysis``);
@@ -25,14 +26,14 @@ name, a call's body is content. A cut-off call keeps its partial arguments (``co
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 import re
+from enum import StrEnum
 
 from .calls import Calls
 from .events import Content, Event, Reasoning
 from .jsonstream import JsonValue
 from .scanner import find_marker, release_run
+
 
 class State(StrEnum):
     """Where the Harmony machine is; the values are the codes exported states carry."""
@@ -45,6 +46,14 @@ class State(StrEnum):
 OUT, HEAD, MSG = State
 START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
 ENDS = ("<|end|>", "<|call|>", "<|return|>")
+
+# state -> marker -> next state. Beside the table: leaving MSG ends the message; entering
+# MSG reads the header collected in HEAD; a <|channel|> marker starts the header text.
+TRANSITIONS: dict[State, dict[str, State]] = {
+    OUT: {START: HEAD, CHANNEL: HEAD},
+    HEAD: {MESSAGE: MSG, START: HEAD},
+    MSG: {**dict.fromkeys(ENDS, OUT), START: HEAD, CHANNEL: HEAD},
+}
 _RECIPIENT = re.compile(r"\bto=([^\s<]+)")
 _CHANNEL = re.compile(r"<\|channel\|>\s*([A-Za-z_]+)")
 _BUILTIN = ("python", "browser.", "container.")
@@ -115,9 +124,8 @@ class HarmonyStage:
         pos = 0
         while True:
             st = self.st
-            markers = (START, CHANNEL) if st == OUT else (MESSAGE, START) if st == HEAD else \
-                ENDS + (START, CHANNEL)
-            i, m = find_marker(buf[pos:], markers, final)
+            row = TRANSITIONS[st]
+            i, m = find_marker(buf[pos:], tuple(row), final)
             piece = buf[pos:pos + i]
             if st == OUT:
                 self._stray(piece)
@@ -135,9 +143,10 @@ class HarmonyStage:
             self.ws, self.stray = "", False
             if st == MSG:
                 self._end_message()
-            if m == MESSAGE:
+            target = row[m]
+            if target == MSG:
                 self._begin_message()
-            elif m in (START, CHANNEL):
+            elif target == HEAD:
                 self.st, self.header = HEAD, (m if m == CHANNEL else "")
             else:
                 self.st = OUT
