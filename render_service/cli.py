@@ -26,6 +26,16 @@ _SUBCOMMANDS = {
 }
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows ``(default: …)`` only for real values: not for flags that are off, nor for
+    options whose default the help text already explains (``--model``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def _json_dict(value: str) -> dict:
     try:
         parsed = json.loads(value)
@@ -108,7 +118,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
         "serve", help="run the render/derender server",
         description="Serve render (OpenAI request -> prompt token ids) and derender (engine token ids -> "
                     "OpenAI response). Flag names follow `vllm launch render`.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("model_positional", nargs="?", metavar="MODEL", help="same as --model")
     add_model_arguments(p)
@@ -116,8 +126,10 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=port_type, default=8000, help="listen port")
     p.add_argument("--workers", type=_positive, default=1, help="server processes sharing the port")
     p.add_argument("--api-key", action="append", default=None, help="guard /v1, /v2, /inference (repeatable)")
-    p.add_argument("--trust-request-chat-template", action="store_true")
-    p.add_argument("--exclude-tools-when-tool-choice-none", action="store_true")
+    p.add_argument("--trust-request-chat-template", action="store_true",
+                   help="accept `chat_template` in requests (a client-supplied Jinja template runs in the sandbox)")
+    p.add_argument("--exclude-tools-when-tool-choice-none", action="store_true",
+                   help="with tool_choice none, render the prompt without the tools (vLLM's flag)")
     p.add_argument("--content-special-tokens", choices=("parse", "text"), default="parse",
                    help="parse: control-token text in messages becomes control tokens (HF parity); "
                         "text: it stays plain text (no turn forging)")
@@ -130,7 +142,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="a request that cannot start on the CPU pool within this delay gets 503 + Retry-After "
                         "(keep it under the router's timeout: llm-d's token-producer waits 5 s)")
     p.add_argument("--max-logprobs", type=int, default=20, help="top logprobs allowed per token (-1: no limit)")
-    p.add_argument("--uvicorn-log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    p.add_argument("--uvicorn-log-level", "--log-level", dest="uvicorn_log_level", default="info",
+                   choices=("critical", "error", "warning", "info", "debug"),
+                   help="uvicorn's log level (--log-level works too, as on engine)")
     add_connection_arguments(p)
     from .multimodal import flags as media_flags
 

@@ -31,7 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds an upstream may stay silent before its hop fails with 504 (default 600)")
     p.add_argument("--connect-timeout", type=float, default=5.0, metavar="S",
                    help="seconds to connect to an upstream before trying the next one (default 5)")
-    p.add_argument("--uvicorn-log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    p.add_argument("--uvicorn-log-level", "--log-level", dest="uvicorn_log_level", default="info",
+                   choices=("critical", "error", "warning", "info", "debug"),
+                   help="uvicorn's log level (default info; --log-level works too, as on engine)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -67,6 +69,33 @@ def build_driver(config: DriverConfig):
     return Driver(config, bundle), config
 
 
+_WHAT = {"prefill": "engine", "decode": "engine", "render": "server"}
+
+
+def unreachable_upstreams(config: DriverConfig, timeout: float = 2.0) -> list[str]:
+    """One line per prefill/decode/render URL whose ``/health`` does not answer 200 now.
+
+    Only a warning at start-up: engines often start after the driver, and requests fail
+    over to the next instance of a hop anyway."""
+    import httpx
+
+    urls = [("prefill", u) for u in config.prefill] + [("decode", u) for u in config.decode]
+    if config.render:
+        urls.append(("render", config.render))
+    out = []
+    with httpx.Client(timeout=timeout, trust_env=False) as client:
+        for hop, url in urls:
+            try:
+                status = client.get(url + "/health").status_code
+            except httpx.HTTPError as exc:
+                out.append(f"{hop} {_WHAT[hop]} {url} is not reachable ({type(exc).__name__}); requests will fail over "
+                           f"to the other {hop} instances, or fail with 503, until it is up")
+                continue
+            if status != 200:
+                out.append(f"{hop} {_WHAT[hop]} {url} answers /health with {status}")
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     """Start the driver and serve until interrupted; 2 for bad flags or a model that will not load."""
     import uvicorn
@@ -85,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("render_service.driver").info(
         "driving prefill %s, decode %s, render %s on http://%s:%d",
         ",".join(config.prefill), ",".join(config.decode), where, config.host, config.port)
+    for message in unreachable_upstreams(config):
+        print(f"render-service drive: warning: {message}", file=sys.stderr, flush=True)
     uvicorn.run(create_app(driver), host=config.host, port=config.port, log_level=args.uvicorn_log_level,
                 timeout_graceful_shutdown=2)
     return 0

@@ -1,0 +1,102 @@
+"""What operators see from the CLI: --help texts, one spelling of the log level across
+subcommands, the engine's start-up line, and drive's warning about unreachable engines."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from conftest import REPO, free_port, serve_app
+from render_service.cli import add_serve_parser
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="render-service")
+    add_serve_parser(parser.add_subparsers(dest="command"))
+    return parser
+
+
+def _help(subcommand: str) -> str:
+    parser = argparse.ArgumentParser(prog="render-service")
+    sub = parser.add_subparsers(dest="command")
+    add_serve_parser(sub)
+    from reference_engine import cli as engine_cli
+    from render_service.driver import cli as drive_cli
+
+    engine_cli.register(sub)
+    drive_cli.register(sub)
+    return sub.choices[subcommand].format_help()
+
+
+def _option_help(text: str, option: str) -> str:
+    """The help paragraph of ``option`` in an argparse help text."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(option))
+    block = [lines[start]]
+    for line in lines[start + 1:]:
+        if not line.startswith(" " * 6) or line.strip().startswith("-"):
+            break
+        block.append(line)
+    return " ".join(" ".join(block).split())
+
+
+def test_serve_help_texts_and_one_default():
+    text = _help("serve")
+    for option in ("--trust-request-chat-template", "--exclude-tools-when-tool-choice-none", "--uvicorn-log-level"):
+        assert len(_option_help(text, option).split()) > 3, f"{option} has no help text"
+    model = _option_help(text, "--model")
+    assert model.count("default") == 1 and "SmolLM2" in model
+    assert "(default: None)" not in text and "(default: False)" not in text
+    assert "(default: 8000)" in _option_help(text, "--port")
+
+
+@pytest.mark.parametrize("subcommand, argv", [
+    ("serve", ["serve"]),
+    ("drive", ["drive", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:2"]),
+    ("engine", ["engine", "--scripted", "s.json"]),
+])
+def test_log_level_has_both_spellings(subcommand, argv):
+    parser = argparse.ArgumentParser(prog="render-service")
+    sub = parser.add_subparsers(dest="command")
+    add_serve_parser(sub)
+    from reference_engine import cli as engine_cli
+    from render_service.driver import cli as drive_cli
+
+    engine_cli.register(sub)
+    drive_cli.register(sub)
+    dest = "log_level" if subcommand == "engine" else "uvicorn_log_level"
+    for spelling in ("--log-level", "--uvicorn-log-level"):
+        args = parser.parse_args(argv + [spelling, "debug"])
+        assert getattr(args, dest) == "debug"
+
+
+def test_engine_prints_where_it_listens(tmp_path):
+    script = tmp_path / "s.json"
+    script.write_text('{"responses": [{"token_ids": [1, 2]}]}')
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "reference_engine", "--scripted", str(script), "--role", "prefill",
+                             "--port", str(port)], stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        line = proc.stderr.readline()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert "prefill engine" in line and f"http://127.0.0.1:{port}" in line and str(script) in line
+
+
+def test_drive_warns_about_unreachable_engines():
+    from render_service.driver.cli import unreachable_upstreams
+    from render_service.driver.config import DriverConfig
+
+    app = Starlette(routes=[Route("/health", lambda request: PlainTextResponse("ok"))])
+    with serve_app(app) as up:
+        down = f"http://127.0.0.1:{free_port()}"
+        config = DriverConfig(prefill=(up,), decode=(up, down), render=None)
+        messages = unreachable_upstreams(config, timeout=2.0)
+    assert len(messages) == 1 and "decode engine" in messages[0] and down in messages[0]
