@@ -61,6 +61,10 @@ COUNTERS = {
     "kv_loaded": "decode legs that loaded the prefill engine's KV",
     "kv_recomputed": "decode legs that recomputed the prompt after a failed KV load",
     "kv_load_failed": "decode legs that failed because the KV load failed (policy fail)",
+    "kv_retained": "answers whose KV was kept under a lease for the conversation's next turn",
+    "kv_pulled": "prefill legs that started from a decode engine's retained KV",
+    "kv_pull_failed": "prefill legs that could not use the retained KV named and computed the whole prompt",
+    "kv_pulled_tokens": "prompt tokens prefill took from retained KV instead of computing them",
 }
 
 
@@ -178,11 +182,24 @@ class Engine:
                 engine_id=self.engine_id, request_id=run.internal_id, host=run.advertise_host,
                 port=self.config.port, handle=handle, num_tokens=len(job.prompt),
             )
-        if outcome.kv_source == "remote":
+        if outcome.kv_retained is not None and outcome.kv_retained[0]:
+            ids, payload = outcome.kv_retained
+            blob = kv.pack_blob(self.backend.model_id, ids, payload, engine_id=self.engine_id,
+                                request_id=run.internal_id)
+            self.count("kv_retained")
+            params = kv.retained_params(
+                engine_id=self.engine_id, request_id=run.internal_id, host=run.advertise_host,
+                port=self.config.port, handle=self.store.put(blob), num_tokens=len(ids),
+                lease_seconds=self.config.kv_lease_duration,
+            )
+        if job.pull_kv:
+            self.count("kv_pulled" if outcome.kv_source == "remote" else "kv_pull_failed")
+            self.count("kv_pulled_tokens", outcome.kv_remote_tokens)
+        elif outcome.kv_source == "remote":
             self.count("kv_loaded")
         elif outcome.kv_source == "recompute":
             self.count("kv_recomputed")
-        if not (job.export_kv or job.import_kv):
+        if not (job.export_kv or job.import_kv or job.retain_kv):
             return params, None
         metrics: dict[str, Any] = {
             "kv_source": outcome.kv_source,
@@ -255,6 +272,7 @@ class Engine:
         return Job(
             request_id=f"{wire.ENGINE_ID_PREFIX}{base}", prompt=prompt, sampling=sampling,
             kv_params=params, export_kv=export, import_kv=imp,
+            pull_kv=kv.wants_pull(params), retain_kv=kv.wants_retain(params) and not export,
         )
 
     def advertise_host(self, request: Request) -> str:
@@ -325,19 +343,20 @@ async def _stream(req: wire.GenerateRequest, run: RunningJob) -> AsyncIterator[b
                     break
                 ids += nxt[1]
                 finish = nxt[2]
-            metrics = None
+            metrics = kept = None
             if finish is not None:  # the end item follows at once and carries the metrics
                 ahead = await run.queue.get()
-                metrics = ahead[3] if ahead[0] == "end" else None
+                metrics, kept = (ahead[3], ahead[2]) if ahead[0] == "end" else (None, None)
             produced += len(ids)
-            yield sse.event(
-                wire.stream_chunk(
-                    job.request_id, ids, finish,
-                    usage_info=wire.usage(len(job.prompt), produced) if continuous else None,
-                    prompt_token_ids=job.prompt if first and req.return_token_ids else None,
-                    metrics=metrics,
-                )
+            chunk = wire.stream_chunk(
+                job.request_id, ids, finish,
+                usage_info=wire.usage(len(job.prompt), produced) if continuous else None,
+                prompt_token_ids=job.prompt if first and req.return_token_ids else None,
+                metrics=metrics,
             )
+            if kept is not None:  # retain_kv: where the next turn's prefill pulls this answer's KV
+                chunk["kv_transfer_params"] = kept
+            yield sse.event(chunk)
             first = False
         yield sse.DONE
     finally:

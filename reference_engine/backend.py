@@ -48,12 +48,16 @@ class Finish:
 
 @dataclass(frozen=True)
 class KVPrefix:
-    """KV state received from a prefill engine: it covers ``token_ids`` (a strict prefix of
-    the prompt); ``payload`` is backend-specific bytes (llama.cpp sequence state; empty when
-    scripted)."""
+    """KV state received from another engine, to be used for ``token_ids`` (a strict prefix
+    of the prompt). ``payload`` is backend-specific bytes (llama.cpp sequence state; empty
+    when scripted) covering ``covered`` positions (None: exactly ``token_ids``); a payload
+    that covers more — a decode engine's turn whose tail the new prompt no longer holds —
+    is cut to ``len(token_ids)`` positions after loading, so no position past the first
+    diverging token is ever used."""
 
     token_ids: list[int]
     payload: bytes = field(repr=False)
+    covered: int | None = None
 
 
 class KVStateError(Exception):
@@ -71,6 +75,11 @@ class Session(Protocol):
 
     def next_token(self) -> int:
         """The next sampled token id. Blocks for as long as one decode step takes."""
+
+    def retained(self) -> tuple[list[int], bytes] | None:
+        """After sampling: ``(token ids, payload)`` of the KV the session now holds — the
+        prompt and every sampled token but the last (never evaluated) — for a later turn of
+        the conversation to pull; None when the backend keeps nothing (scripted)."""
 
 
 class Backend(Protocol):

@@ -5,10 +5,14 @@ Runs in a worker thread. Order of work for one request:
 1. decode leg: pull the KV blob from the prefill engine (outside the model lock, so a slow
    peer does not stall other requests) and check it (`kv.blob_to_prefix`);
    on failure ``kv_load_failure_policy`` decides: ``fail`` raises `KVLoadFailed`,
-   ``recompute`` carries on without it;
+   ``recompute`` carries on without it. A prefill leg that names a decode engine's retained
+   KV (`kv.wants_pull`) pulls it the same way and keeps only the positions its prompt
+   shares (`kv.blob_to_reusable_prefix`); on any failure it computes the whole prompt;
 2. under ``backend.lock``: ``backend.begin`` (prompt evaluation, KV load or export), then
    sample until a stop condition, calling ``emit(token_ids, finish)`` once per token
-   (``finish`` is set on the last call) and checking ``cancel`` between tokens.
+   (``finish`` is set on the last call) and checking ``cancel`` between tokens;
+3. a request with ``retain_kv`` that was not aborted snapshots the KV it holds
+   (``Session.retained``) for the next turn of its conversation.
 
 Stop rules follow vLLM's stop checker: nothing stops before ``min_tokens``; then the model's
 EOS ids (unless ``ignore_eos``) and ``stop_token_ids`` stop with ``stop_reason`` = that id
@@ -40,6 +44,8 @@ class Job:
     kv_params: dict | None = None
     export_kv: bool = False
     import_kv: bool = False
+    pull_kv: bool = False
+    retain_kv: bool = False
 
 
 @dataclass
@@ -49,7 +55,9 @@ class Outcome:
     ``kv_source``: ``"remote"`` (decode loaded P's KV), ``"recompute"`` (decode leg whose KV
     load failed and policy is recompute), ``"local"`` (computed here, no KV received),
     ``"none"`` (aborted before the prompt was processed).
-    ``kv_error`` is the load failure message when ``kv_source == "recompute"``.
+    ``kv_error`` is the load failure message when ``kv_source == "recompute"`` (or, for a
+    prefill that could not pull, ``"local"``).
+    ``kv_retained``: ``(token ids, payload)`` kept for the next turn (``retain_kv``).
     """
 
     finish: Finish
@@ -58,6 +66,7 @@ class Outcome:
     kv_remote_tokens: int = 0
     kv_error: str | None = None
     kv_export: bytes | None = field(default=None, repr=False)
+    kv_retained: tuple[list[int], bytes] | None = field(default=None, repr=False)
 
 
 class KVLoadFailed(Exception):
@@ -84,6 +93,15 @@ def run_job(
             prefix = kv.blob_to_prefix(blob, model_id=backend.model_id, prompt=job.prompt)
         except KVStateError as exc:
             kv_error = str(exc)
+    elif job.pull_kv:
+        params = job.kv_params or {}
+        limit = params.get("remote_num_tokens")
+        try:
+            blob = fetch(kv.parse_remote(params))
+            prefix = kv.blob_to_reusable_prefix(blob, model_id=backend.model_id, prompt=job.prompt,
+                                                limit=limit if isinstance(limit, int) else None)
+        except KVStateError as exc:
+            kv_error = str(exc)
     with backend.lock:
         if cancel.is_set():  # aborted while queued for the model: skip the prompt work
             return Outcome(finish=_abort(emit), num_generated=0, kv_source="none")
@@ -93,11 +111,12 @@ def run_job(
                 session = backend.begin(job.prompt, job.sampling, prefix, job.export_kv, cancel)
             except KVStateError as exc:
                 prefix, kv_error = None, str(exc)
-        if kv_error is not None and failure_policy != "recompute":
+        if kv_error is not None and job.import_kv and failure_policy != "recompute":
             raise KVLoadFailed(f"KV transfer from the prefill engine failed: {kv_error}")
         if session is None:
             session = backend.begin(job.prompt, job.sampling, None, job.export_kv, cancel)
         finish, produced = _sample(backend, job, session, cancel, emit)
+        retained = session.retained() if job.retain_kv and finish.finish_reason != "abort" else None
     return Outcome(
         finish=finish,
         num_generated=produced,
@@ -105,6 +124,7 @@ def run_job(
         kv_remote_tokens=len(prefix.token_ids) if prefix is not None else 0,
         kv_error=kv_error,
         kv_export=session.kv_export,
+        kv_retained=retained,
     )
 
 

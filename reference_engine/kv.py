@@ -13,6 +13,18 @@ Theory of operation (wire brief §6.1, NIXL-style *pull*):
    evaluates the remaining prompt tokens itself and generates. P frees the snapshot once
    fetched or when the lease lapses.
 
+Bidirectional reuse (issue 16), the same blobs the other way round:
+
+4. A decode leg whose ``kv_transfer_params`` has ``retain_kv: true`` keeps, after its
+   answer, the KV of ``prompt + output[:-1]`` under a lease on the decode engine and says
+   where in its last chunk's ``kv_transfer_params`` (`retained_params`).
+5. The next turn's prefill leg carries those ``remote_*`` fields (and ``remote_num_tokens``:
+   how many tokens the proxy allows it to take, never past the first token where the new
+   prompt leaves the held sequence). Prefill pulls the blob (`wants_pull`), keeps the
+   positions it shares with its prompt (`blob_to_reusable_prefix`: the engine checks the
+   token ids itself too) and computes only the rest. Any failure — lease expired, engine
+   gone, nothing shared — means a full prefill, never an error and never stale KV.
+
 Blob layout (``application/octet-stream``): ``b"RSKV1\\n"``, a 4-byte big-endian header
 length, the header as JSON ``{"model_id", "token_ids", "engine_id", "request_id"}``, then the
 backend payload (llama.cpp sequence state bytes; empty for the scripted backend).
@@ -71,6 +83,21 @@ def blob_to_prefix(blob: bytes, *, model_id: str, prompt: list[int]) -> KVPrefix
     if len(ids) >= len(prompt) or prompt[: len(ids)] != ids:
         raise KVStateError(f"KV covers {len(ids)} tokens that are not a strict prefix of the {len(prompt)}-token prompt")
     return KVPrefix(token_ids=ids, payload=payload)
+
+
+def blob_to_reusable_prefix(blob: bytes, *, model_id: str, prompt: list[int], limit: int | None) -> KVPrefix:
+    """The part of a pulled blob that ``prompt`` may use: its longest common prefix with the
+    blob's tokens, at most ``limit`` tokens, and never the prompt's last token (prefill
+    evaluates it to sample). Raises `KVStateError` for another model or nothing shared."""
+    header, payload = unpack_blob(blob)
+    if header.get("model_id") != model_id:
+        raise KVStateError(f"KV was computed by model {header.get('model_id')!r}, this engine runs {model_id!r}")
+    ids = header["token_ids"]
+    n = min(len(ids), len(prompt) - 1, len(ids) if limit is None else limit)
+    shared = next((i for i in range(n) if ids[i] != prompt[i]), n)
+    if shared <= 0:
+        raise KVStateError("the pulled KV shares no prefix with this prompt")
+    return KVPrefix(token_ids=ids[:shared], payload=payload, covered=len(ids))
 
 
 class KVLeaseStore:
@@ -146,6 +173,16 @@ def wants_import(params: dict | None) -> bool:
     return bool(params) and bool(params.get("do_remote_prefill"))
 
 
+def wants_pull(params: dict | None) -> bool:
+    """True for a prefill leg that names a decode engine's retained KV to start from."""
+    return wants_export(params) and params.get("remote_host") is not None and bool(params.get("remote_block_ids"))
+
+
+def wants_retain(params: dict | None) -> bool:
+    """True for a request asking to keep its answer's KV for the next turn (``retain_kv``)."""
+    return bool(params) and bool(params.get("retain_kv"))
+
+
 def parse_remote(params: dict) -> RemoteKV:
     """Read host, port and handle from P's params. Raises `KVStateError` when they are
     missing or of the wrong type (the failure policy then decides: error or recompute)."""
@@ -173,6 +210,26 @@ def fetch_blob(remote: RemoteKV, timeout: float = 10.0) -> bytes:
     if resp.status_code != 200:
         raise KVStateError(f"prefill engine answered {resp.status_code} for {remote.url}: {resp.text[:200]}")
     return resp.content
+
+
+def retained_params(
+    *, engine_id: str, request_id: str, host: str, port: int, handle: int, num_tokens: int, lease_seconds: float
+) -> dict[str, Any]:
+    """The ``kv_transfer_params`` of a decode answer that kept its KV: where the next turn's
+    prefill pulls it (``remote_*``, the same fields a prefill hands to decode),
+    ``remote_num_tokens`` positions, held for ``kv_lease_duration`` seconds."""
+    return {
+        "do_remote_prefill": False,
+        "do_remote_decode": False,
+        "remote_block_ids": [[handle]],
+        "remote_engine_id": engine_id,
+        "remote_request_id": request_id,
+        "remote_host": host,
+        "remote_port": port,
+        "remote_num_tokens": num_tokens,
+        "kv_lease_duration": lease_seconds,
+        "transfer_mode": "pull",
+    }
 
 
 def prefill_params(

@@ -86,6 +86,11 @@ class LlamaSession:
         self._count += 1
         return token
 
+    def retained(self) -> tuple[list[int], bytes]:
+        """The evaluated positions (prompt + sampled tokens but the pending last) and their KV."""
+        llm = self._backend.llm
+        return [int(t) for t in llm.input_ids[: llm.n_tokens]], self._backend._save()
+
 
 class LlamaBackend:
     """`Backend` over one ``llama_cpp.Llama``; requests are serialised by ``lock``.
@@ -134,6 +139,8 @@ class LlamaBackend:
         if kv is not None and kv.token_ids:
             self._load(kv)
             done = len(kv.token_ids)
+        if done >= len(prompt):
+            raise KVStateError(f"KV for {done} tokens leaves nothing of the {len(prompt)}-token prompt to evaluate")
         export = None
         if export_kv:
             llm.eval(prompt[done:-1])
@@ -177,8 +184,12 @@ class LlamaBackend:
         payload = kv.payload
         buf = (ctypes.c_uint8 * len(payload)).from_buffer_copy(payload) if payload else None
         k = len(kv.token_ids)
+        covered = k if kv.covered is None else kv.covered
+        memory = self.llm._ctx.memory
         ok = bool(payload) and self._lib.llama_state_seq_set_data(self.llm._ctx.ctx, buf, len(payload), 0) != 0
-        if not ok or self._lib.llama_memory_seq_pos_max(self.llm._ctx.memory, 0) != k - 1:
+        if ok and covered > k:  # drop every position from the first one the prompt does not share
+            ok = bool(self._lib.llama_memory_seq_rm(memory, 0, k, -1))
+        if not ok or self._lib.llama_memory_seq_pos_max(memory, 0) != k - 1:
             self.llm._ctx.kv_cache_clear()
             raise KVStateError(f"llama.cpp could not load the {len(payload)}-byte KV state for {k} tokens")
         self.llm.n_tokens = k

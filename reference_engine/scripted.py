@@ -140,6 +140,10 @@ class ScriptedSession:
             self.end = Finish(self._response.finish_reason, self._response.stop_reason)
         return token
 
+    def retained(self) -> None:
+        """A script holds no KV to hand to a later turn."""
+        return None
+
 
 class ScriptedBackend:
     """`Backend` that replays a script. Requests run concurrently (no model to guard)."""
