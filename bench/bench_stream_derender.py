@@ -35,6 +35,8 @@ from pathlib import Path
 
 import orjson
 
+from render_service.wire.generate import ENGINE_ID_PREFIX
+
 REPO = Path(__file__).resolve().parents[1]
 QWEN = REPO.parent / "shared" / "models" / "qwen3"
 POSITIONS = (0, 400, 800, 1200)
@@ -63,7 +65,7 @@ def workload(tok) -> tuple[list[int], list[int], int]:
 
 
 def chunk(ids: list[int], last: bool) -> dict:
-    return {"request_id": "generate-tokens-chatcmpl-bench", "usage": None, "output_mode": "tokens",
+    return {"request_id": ENGINE_ID_PREFIX + "chatcmpl-bench", "usage": None, "output_mode": "tokens",
             "choices": [{"index": 0, "finish_reason": "stop" if last else None, "stop_reason": None, "token_ids": ids,
                          "routed_experts": None, "sampling_mask": None, "weight_versions": None, "logprobs": None}]}
 

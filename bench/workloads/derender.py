@@ -25,6 +25,8 @@ import statistics
 import time
 from collections import Counter
 
+from render_service.wire.generate import ENGINE_ID_PREFIX
+
 from .. import corpus
 from ..stats import latency_summary
 from ..tokens import BenchTokenizer
@@ -137,7 +139,7 @@ class Derender(_DerenderBase):
     def session(self, index: int) -> Session:
         ids, _ = self.outputs.ids(index)
         n = len(self.prompt_ids)
-        gen = {"request_id": f"generate-tokens-chatcmpl-bench{index:09d}", "model": self.model,
+        gen = {"request_id": f"{ENGINE_ID_PREFIX}chatcmpl-bench{index:09d}", "model": self.model,
                "created": int(time.time()),
                "usage": {"prompt_tokens": n, "total_tokens": n + len(ids), "completion_tokens": len(ids),
                          "prompt_tokens_details": None, "completion_tokens_details": None},
@@ -170,7 +172,7 @@ class StreamDerender(_DerenderBase):
 
     def session(self, index: int) -> Session:
         ids, start = self.outputs.ids(index)
-        rid = f"generate-tokens-chatcmpl-bench{index:09d}"
+        rid = f"{ENGINE_ID_PREFIX}chatcmpl-bench{index:09d}"
         common, state = self._common(), None
         for k, token in enumerate(ids):
             last = k == len(ids) - 1
