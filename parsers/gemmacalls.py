@@ -7,9 +7,9 @@ Format (Gemma 4 chat template; FunctionGemma model card)::
 
 Keys are bare; strings sit between the family's delimiter (``ToolFormat.quote``) and are
 verbatim (no escaping layer, so a ``}`` or ``,`` inside one is text); objects ``{…}`` and
-arrays ``[…]`` nest; any other value is a bare literal typed by the tool's schema
-(:func:`parsers.schema.coerce`), or as JSON (``3``, ``true``, ``null``) where the schema is
-silent, else kept as a string. The framing row's header (``call:NAME``, ending at ``{``)
+arrays ``[…]`` nest; any other value is a bare literal, typed by the tool's schema for a
+top-level parameter (:func:`parsers.schema.coerce`) and otherwise kept as the string the
+model wrote, as vLLM 0.33 does (``tags:[2]`` → ``["2"]``). The framing row's header (``call:NAME``, ending at ``{``)
 started the call; this body reads up to the matching ``}`` and writes the arguments once.
 """
 
@@ -22,7 +22,6 @@ from .collected import Collected, close_started
 from .schema import coerce, is_string_only
 
 _WS = " \t\r\n"
-_ANY = ["null", "integer", "number", "boolean", "object", "array"]
 
 
 class GemmaCall(Collected):
@@ -129,9 +128,9 @@ def _value(text: str, i: int, q: str, types: list[str] | None):
     while j < len(text) and text[j] not in ",}]":
         j += 1
     raw = text[i:j].strip()
-    if types and is_string_only(types):
+    if not types or is_string_only(types):
         return raw, j
-    return json.loads(coerce(raw, types or _ANY)), j
+    return json.loads(coerce(raw, types)), j
 
 
 __all__ = ["GemmaCall"]

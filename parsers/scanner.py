@@ -27,7 +27,9 @@ def find_marker(buf: str, markers: Sequence[str], final: bool) -> tuple[int, str
 
     A complete match is also held back (``(pos, None)``) when a *longer* marker starts
     with it and the buffer ends before that longer marker could be decided, so
-    ``<tool_call>`` never wins over a longer marker it prefixes before the text settles.
+    ``<tool_call>`` never wins over a longer marker it prefixes before the text settles;
+    and when the buffer ends inside a marker that would start *before* it (``\n</think>\n``
+    containing ``</think>``), so the earliest marker wins however the text is split.
     """
     best = -1
     best_marker: str | None = None
@@ -43,6 +45,9 @@ def find_marker(buf: str, markers: Sequence[str], final: bool) -> tuple[int, str
             for m in markers:
                 if len(m) > len(tail) and m.startswith(tail):
                     return best, None
+            held = len(buf) - held_suffix_len(buf, markers)
+            if held < best:  # a marker that starts earlier (``\n</think>`` vs ``</think>``) may still come
+                return held, None
         return best, best_marker
     if final:
         return len(buf), None

@@ -25,6 +25,8 @@ PARIS = (("city", "true", "Paris"), ("days", "false", "3"))
 K3_CALL = ('<|open|>call tool="get_weather" index="1"<|sep|>'
            '<|open|>argument key="city" type="string"<|sep|>Zürich "1"<|close|>argument<|sep|>'
            '<|open|>argument key="days" type="integer"<|sep|>2<|close|>argument<|sep|><|close|>call<|sep|>')
+K3_TOOL = {"type": "function", "function": {"name": "f", "parameters": {
+    "type": "object", "properties": {'a"b': {"type": "object"}}}}}
 MM3 = "]<]minimax[>["
 PLAMO = "<|plamo:{}:plamo|>".format
 PLAMO_ARGS = PLAMO("begin_tool_arguments") + "<|plamo:constrain|>json<|plamo:msg|>"
@@ -70,7 +72,7 @@ def _samples(spec, rt) -> list:
     ("dsml-v4-no-string-attr", spec("deepseek_v4"),
      dsml("tool_calls", f'<{DSML}invoke name="get_weather">\n<{DSML}parameter name="days">4</{DSML}parameter>\n'
                         f'</{DSML}invoke>\n')),
-    ("dsml-v41", spec("deepseek_v41", "deepseek_v41", thinking=False),
+    ("dsml-v41", spec("deepseek_v41", "deepseek_v41", enable_thinking=False),
      "Sure." + dsml("calls", dsml_invoke("get_weather", *PARIS, sp=" "), sp=" ")),
     ("dsml-cut", spec("deepseek_v32"),
      dsml("function_calls", dsml_invoke("get_weather", *PARIS))[:-60]),
@@ -79,7 +81,7 @@ def _samples(spec, rt) -> list:
     ("kimi-k3", spec("kimi_k3", "kimi_k3"),
      "<|open|>think<|sep|>Weather first.<|close|>think<|sep|><|open|>response<|sep|>On it.<|close|>response<|sep|>"
      "<|open|>tools<|sep|>" + K3_CALL + "<|close|>tools<|sep|>"),
-    ("kimi-k3-escaped-key", spec("kimi_k3", tools=None),
+    ("kimi-k3-escaped-key", spec("kimi_k3", tools=[K3_TOOL]),
      '<|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|><|open|>argument key="a&quot;b" type="object"<|sep|>'
      '{"x": null}<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>'),
     # <invoke name=…> / <parameter name=…> relatives
@@ -102,7 +104,11 @@ def _samples(spec, rt) -> list:
                              "</tool_call></tool_calls>"),
     ("k2-horizon", spec("k2_horizon", "k2_horizon", thinking=True),
      "think</ifm|think><ifm|tool_calls><ifm|tool_call>search<ifm|arg_key>query</ifm|arg_key>"
-     "<ifm|arg_type>string</ifm|arg_type><ifm|arg_value>q</ifm|arg_value></ifm|tool_call></ifm|tool_calls>"),
+     "<ifm|arg_value>q</ifm|arg_value><ifm|arg_key>limit</ifm|arg_key><ifm|arg_value>3</ifm|arg_value>"
+     "</ifm|tool_call></ifm|tool_calls>"),
+    ("k2-horizon-typed", spec("k2_horizon", tool_call_format="xml_typed"),
+     "<ifm|tool_calls><ifm|tool_call>search<ifm|arg_key>query</ifm|arg_key><ifm|arg_type>string</ifm|arg_type>"
+     "<ifm|arg_value>q</ifm|arg_value></ifm|tool_call></ifm|tool_calls>"),
     ("ling3-glm", spec("ling3", "ling3"),
      "<think>hm</think><tool_call>noop</tool_call>"),
     ("poolside-glm", spec("poolside_v1", "poolside_v1", thinking=False),
@@ -151,7 +157,7 @@ def _samples(spec, rt) -> list:
     ("functiongemma", spec("functiongemma"),
      "<start_function_call>call:get_weather{city:<escape>Paris<escape>,days:2}<end_function_call>"),
     # MiniMax M3 nested elements
-    ("minimax-m3", spec("minimax_m3", "minimax_m3", thinking=True),
+    ("minimax-m3", spec("minimax_m3", "minimax_m3", thinking=True, thinking_mode="enabled"),
      f"Plan</mm:think>\n{MM3}<tool_call>\n{MM3}<invoke name=\"search\">\n{MM3}<query>hi</q>{MM3}</query>\n"
      f"{MM3}<filters>{MM3}<tags>{MM3}<item>a{MM3}</item>{MM3}</tags>{MM3}</filters>\n{MM3}<limit>5{MM3}</limit>\n"
      f"{MM3}</invoke>\n{MM3}</tool_call>"),
@@ -161,8 +167,9 @@ def _samples(spec, rt) -> list:
     ("kimi-k3-reasoning", spec(None, "kimi_k3"), "<|open|>think<|sep|>r<|close|>think<|sep|>c"),
     ("minimax-m3-reasoning", spec(None, "minimax_m3"), "<mm:think>plan</mm:think>Done."),
     ("plamo3-reasoning", spec(None, "plamo3", thinking=True), "Thinking" + PLAMO("end_think") + "Answer"),
-    ("k2-horizon-fast", spec(None, "k2_horizon"), "<ifm|think_fast>quick</ifm|think_fast>Done"),
-    ("hunyuan-a13b", spec(None, "hunyuan_a13b"), "<think>\nx\n</think>\n<answer>\ny\n</answer>"),
+    ("k2-horizon-fast", spec(None, "k2_horizon", thinking=True, reasoning_effort="medium"),
+     "<ifm|think_fast>quick</ifm|think_fast>Done"),
+    ("hunyuan-a13b", spec("hunyuan_a13b", "hunyuan_a13b"), "<think>\nx\n</think>\n<answer>\ny\n</answer>"),
     ("hy-v3-effort", spec(None, "hy_v3", thinking=True, reasoning_effort="high"), "r</think>c"),
     ("hy-v3-no-effort", spec(None, "hy_v3"), "r</think>c"),
     ("hy-v4-reasoning", spec("hy_v4", "hy_v4", thinking=True),
@@ -170,7 +177,7 @@ def _samples(spec, rt) -> list:
     ("granite-thinking", spec(None, "granite_thinking_parser", thinking=True), "r\n</think>\nc"),
     ("minicpmv", spec(None, "minicpmv"), "<think>r</think>c"),
     ("cohere-reasoning", spec(None, "cohere_command4"), "<|START_THINKING|>r<|END_THINKING|>c"),
-    ("ernie45-reasoning", spec(None, "ernie45", thinking=True), "r</think>\n\n<response>\nc\n</response>"),
+    ("ernie45-reasoning", spec("ernie45", "ernie45", thinking=True), "r</think>\n\n<response>\nc\n</response>"),
     ("muse-glimmer", spec(None, "muse_glimmer"), "<|start|>assistant to=self<|message|>r<|eom|>c"),
     # hf: the checkpoint's response_template
     ("hf-qwen", rt(thinking=True),
@@ -201,7 +208,7 @@ FAMILY_EXPECTED = {
     'muse': ('Look it up.', 'One sec.', [('search', '{"query": "café"}')]),
     'step3': ('Plan.', None, [('get_weather', '{"city": "Paris", "metric": true}')]),
     'hy-v3': (None, None, [('get_weather', '{"city": "Paris", "days": 5}')]),
-    'k2-horizon': ('think', None, [('search', '{"query": "q"}')]),
+    'k2-horizon': ('think', None, [('search', '{"query": "q", "limit": 3}')]),
     'ling3-glm': ('hm', None, [('noop', '{}')]),
     'poolside-glm': (None, None, [('get_weather', '{"days": 7}')]),
     'mimo': ('Think.', None, [('search', '{"query": "\\nkeep\\n"}')]),
@@ -220,7 +227,7 @@ FAMILY_EXPECTED = {
     'olmo3': ('Plan.', None, [('get_weather', '{"city": "Paris", "metric": true}'), ('search', '{"query": "x", "filters": null}')]),
     'olmo3-prose': (None, '<function_calls>not a call at all</function_calls> ok', []),
     'gemma4': ('Need weather.', 'Sure.', [('get_weather', '{"city": "Paris, {FR}", "days": 3, "metric": true}')]),
-    'gemma4-nested': (None, None, [('search', '{"query": "a:b", "filters": {"tags": ["x", 2], "deep": {"k": null}}, "limit": 2.5}'), ('noop', '{}')]),
+    'gemma4-nested': (None, None, [('search', '{"query": "a:b", "filters": {"tags": ["x", "2"], "deep": {"k": "null"}}, "limit": 2.5}'), ('noop', '{}')]),
     'gemma4-cut': (None, None, [('get_weather', '{"city": "Par"}')]),
     'functiongemma': (None, None, [('get_weather', '{"city": "Paris", "days": 2}')]),
     'minimax-m3': ('Plan', None, [('search', '{"query": "hi</q>", "filters": {"tags": {"item": "a"}}, "limit": 5}')]),
@@ -230,14 +237,15 @@ FAMILY_EXPECTED = {
     'minimax-m3-reasoning': ('plan', 'Done.', []),
     'plamo3-reasoning': ('Thinking', 'Answer', []),
     'k2-horizon-fast': ('quick', 'Done', []),
-    'hunyuan-a13b': ('\nx\n', '\n<answer>\ny\n</answer>', []),
+    'hunyuan-a13b': ('x', 'y', []),
     'hy-v3-effort': ('r', 'c', []),
     'hy-v3-no-effort': (None, 'r</think>c', []),
     'hy-v4-reasoning': ('r', None, [('noop', '{}')]),
-    'granite-thinking': ('r', '\nc', []),
+    'k2-horizon-typed': (None, None, [('search', '{"query": "q"}')]),
+    'granite-thinking': ('r', 'c', []),
     'minicpmv': ('r', 'c', []),
     'cohere-reasoning': ('r', 'c', []),
-    'ernie45-reasoning': ('r', '\n\n<response>\nc\n</response>', []),
+    'ernie45-reasoning': ('r', '\nc\n', []),
     'muse-glimmer': ('r', 'c', []),
     'hf-qwen': ('Plan.\n', '\n\nCalling.\n\n', [('get_weather', '{"city": "Paris", "days": 3}'), ('noop', '{}')]),
     'hf-text': ('r', '  Just text.  ', []),
