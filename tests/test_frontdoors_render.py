@@ -36,12 +36,9 @@ SAMPLING = ("temperature", "top_p", "top_k", "seed", "stop", "max_tokens", "igno
             "skip_special_tokens", "output_kind", "logprobs", "extra_args", "thinking_token_budget", "bad_words",
             "skip_reading_prefix_cache")
 
-# Cases where the shared chat path still differs from vLLM, with the reason; strict xfails,
-# so a fix shows up as a failure to remove the entry.
-KNOWN = {
-    "r_system_developer": "vLLM turns `developer` into `system` and merges every system message into the first "
-                          "when the template has no developer role (renderers/hf.py); the chat path does not yet",
-}
+# Cases where we still differ from vLLM, with the reason; strict xfails, so a fix shows up
+# as a failure to remove the entry.
+KNOWN: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,7 @@ from ..wire.frontdoors import ResponsesRequest
 from ..wire.openai import ChatCompletionRequest
 from .chat import render_chat
 from .media import MediaInput
+from .roles import developer_as_system
 from .request import new_request_id
 
 # Responses fields that mean the same in a chat request.
@@ -57,7 +58,10 @@ def render_responses(bundle: ModelBundle, config: ServeConfig, req: ResponsesReq
     Raises:
         OpenAIError: 400 as `responses_to_chat` and the chat front door raise.
     """
-    chat = validate(ChatCompletionRequest, responses_to_chat(req))
+    body = responses_to_chat(req)
+    if bundle.chat_template is not None:
+        body["messages"] = developer_as_system(body["messages"], bundle.chat_template.source)
+    chat = validate(ChatCompletionRequest, body)
     gen = render_chat(bundle, config, chat, "", media)
     gen["request_id"] = req.request_id or f"resp_{new_request_id()}"
     gen["parse_context"] = None
