@@ -119,6 +119,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Serve render (OpenAI request -> prompt token ids) and derender (engine token ids -> "
                     "OpenAI response). Flag names follow `vllm launch render`.",
         formatter_class=HelpFormatter,
+        allow_abbrev=False,  # `--tokenizer` must never be read as `--tokenizer-backend`
     )
     p.add_argument("model_positional", nargs="?", metavar="MODEL", help="same as --model")
     add_model_arguments(p)
@@ -142,18 +143,22 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="a request that cannot start on the CPU pool within this delay gets 503 + Retry-After "
                         "(keep it under the router's timeout: llm-d's token-producer waits 5 s)")
     p.add_argument("--max-logprobs", type=int, default=20, help="top logprobs allowed per token (-1: no limit)")
-    p.add_argument("--uvicorn-log-level", "--log-level", dest="uvicorn_log_level", default="info",
-                   choices=("critical", "error", "warning", "info", "debug"),
+    p.add_argument("--uvicorn-log-level", "--log-level", dest="uvicorn_log_level", default="info", type=str.lower,
+                   choices=("critical", "error", "warning", "info", "debug", "trace"),  # vLLM spells them in capitals
                    help="uvicorn's log level (--log-level works too, as on engine)")
     add_connection_arguments(p)
     from .multimodal import flags as media_flags
 
     media_flags.add_arguments(p)
+    from . import launch_compat
+
+    launch_compat.add_arguments(p)  # last: it accepts every vLLM flag not defined above
     p.set_defaults(func=run_serve)
 
 
 def build_config(args: argparse.Namespace):
     """`ServeConfig` from parsed ``serve`` arguments."""
+    from . import launch_compat
     from .multimodal import flags as media_flags
 
     return serve_config_from_args(
@@ -171,6 +176,7 @@ def build_config(args: argparse.Namespace):
         stream_state_secret=args.stream_state_secret,
         max_queue_delay_ms=args.max_queue_delay_ms,
         **media_flags.overrides(args),
+        **launch_compat.overrides(args),
     )
 
 
@@ -188,6 +194,13 @@ def run_serve(args: argparse.Namespace) -> int:
         logging.getLogger("render_service").info(
             "stream_state key: random for this server; to let streams move between replicas give every replica "
             "the same --stream-state-secret / RENDER_SERVICE_STATE_SECRET (at least %d characters)", MIN_SECRET_CHARS)
+    from . import launch_compat
+
+    try:
+        launch_compat.preflight(args, config)  # everything checkable before the model loads
+    except launch_compat.StartupCheckError as exc:
+        print(f"render-service: error: {exc}", file=sys.stderr)
+        return 2
     try:
         app, bundle, config = build_app(config)
     except StartupError as exc:
@@ -197,7 +210,7 @@ def run_serve(args: argparse.Namespace) -> int:
         "serving %s (context %d tokens) on http://%s:%d", bundle.model_name, bundle.max_model_len,
         config.host, config.port,
     )
-    connection = connection_options(args)
+    connection = {**connection_options(args), "root_path": config.root_path, "access_log": config.access_log}
     if config.workers > 1:
         os.environ["RENDER_SERVICE_CONFIG"] = json.dumps(config.__dict__, default=list)
         uvicorn.run("render_service.server:app_from_env", factory=True, host=config.host, port=config.port,
@@ -237,7 +250,8 @@ def _subcommand_module(name: str):
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``render-service`` console script."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="render-service", description="CPU front tier for disaggregated LLM serving")
+    parser = argparse.ArgumentParser(prog="render-service", description="CPU front tier for disaggregated LLM serving",
+                                     allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"render-service {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(sub)

@@ -44,3 +44,15 @@ class ServeConfig:
     mm_processor_cache_gb: float = 4.0
     mm_hash_model_id: str | None = None            # default: `model` as given (what vLLM hashes)
     mm_hasher_algorithm: str = "blake3"
+    # `vllm launch render` flags honoured here (launch_compat.py)
+    tokenizer: str | None = None                   # tokenizer/template dir when it differs from `model`
+    generation_config: str = "auto"                # auto | vllm | folder with generation_config.json
+    override_generation_config: dict = field(default_factory=dict)
+    chat_template_content_format: str = "auto"     # auto | string | openai
+    tool_parser_plugin: str | None = None          # Python file registering a tool-call format
+    reasoning_parser_plugin: str | None = None     # Python file registering a reasoning format
+    tool_strict_level: str | None = None           # auto | function | parameter (structural-tag floor)
+    root_path: str = ""
+    access_log: bool = True
+    enable_log_requests: bool = False
+    max_log_len: int | None = None

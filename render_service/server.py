@@ -10,9 +10,11 @@ import dataclasses
 import json
 import logging
 import os
+from pathlib import Path
 
 from parsers import api as parsers_api
 
+from . import launch_compat
 from .config import ServeConfig
 from .derender.state import MIN_SECRET_CHARS
 from .model import ModelBundle, ModelLoadError, load_model
@@ -64,15 +66,23 @@ def load_bundle(config: ServeConfig) -> ModelBundle:
         StartupError: the model cannot be loaded.
     """
     try:
-        return load_model(
-            config.model,
+        bundle = load_model(
+            config.tokenizer or config.model,
             chat_template=config.chat_template,
             max_model_len=config.max_model_len,
-            served_model_name=config.served_model_name,
+            served_model_name=config.served_model_name or ((config.model,) if config.tokenizer and config.model
+                                                           else ()),
             tokenizer_backend=config.tokenizer_backend,
         )
     except ModelLoadError as exc:
         raise StartupError(str(exc)) from None
+    model_config = bundle.generation_config
+    if config.tokenizer and config.model and Path(config.model, "generation_config.json").is_file():
+        model_config = json.loads(Path(config.model, "generation_config.json").read_text())
+    bundle.generation_config = launch_compat.generation_config(model_config, config)
+    if config.chat_template_content_format != "auto" and bundle.chat_template is not None:
+        bundle.chat_template.content_format = config.chat_template_content_format
+    return bundle
 
 
 def build_app(config: ServeConfig):
@@ -87,9 +97,17 @@ def build_app(config: ServeConfig):
     if secret is not None and len(secret) < MIN_SECRET_CHARS:
         raise StartupError(f"--stream-state-secret / RENDER_SERVICE_STATE_SECRET must be at least {MIN_SECRET_CHARS} "
                            "characters (e.g. `openssl rand -hex 32`)")
+    try:  # again here: each --workers process imports the plugins itself
+        launch_compat.load_plugin(config.tool_parser_plugin, "--tool-parser-plugin")
+        launch_compat.load_plugin(config.reasoning_parser_plugin, "--reasoning-parser-plugin")
+    except launch_compat.StartupCheckError as exc:
+        raise StartupError(str(exc)) from None
     bundle = load_bundle(config)
     config = resolve_parsers(config, bundle)
-    return create_app(bundle, config), bundle, config
+    app = create_app(bundle, config)
+    if config.enable_log_requests:
+        app.add_middleware(launch_compat.RequestLogMiddleware, max_log_len=config.max_log_len)
+    return app, bundle, config
 
 
 def app_from_env():

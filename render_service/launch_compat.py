@@ -1,0 +1,238 @@
+"""`vllm launch render` command lines work unchanged on `render-service serve`.
+
+Every option vLLM 0.33's parser defines (`vllm_flags.VLLM_LAUNCH_RENDER_OPTIONS`) is accepted.
+Those that mean something for a CPU render tier are honoured (`add_arguments` defines them;
+`overrides` turns them into `ServeConfig` fields; `server.build_app` and `cli.run_serve` apply
+them); the rest are parsed and named in one warning line as having no effect here.
+Everything checkable before the model loads is checked first (`preflight`): parser names
+(``auto`` among the choices), plugin files, an unreadable template file, a port in use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import logging
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from .vllm_flags import VLLM_LAUNCH_RENDER_OPTIONS
+
+log = logging.getLogger("render_service.cli")
+
+_NOOP_PREFIX = "vllm_noop__"
+GENERATION_CONFIG_KEYS = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p", "max_new_tokens")
+
+
+def _json_object(value: str) -> dict:
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return parsed
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The honoured `vllm launch render` flags ``serve`` lacks, then every other vLLM option
+    as accepted-without-effect. Call after all of ``serve``'s own arguments are defined."""
+    g = p.add_argument_group("vllm launch render compatibility")
+    g.add_argument("--tokenizer", default=None,
+                   help="tokenizer (and chat template) directory when it differs from MODEL; generation_config "
+                        "still comes from MODEL")
+    g.add_argument("--generation-config", default="auto",
+                   help="auto: MODEL's generation_config.json; vllm: none; or a folder holding one")
+    g.add_argument("--override-generation-config", type=_json_object, default=None,
+                   help='JSON merged over the generation config, e.g. {"temperature": 0.5}')
+    g.add_argument("--chat-template-content-format", choices=("auto", "string", "openai"), default="auto",
+                   help="how message content reaches the template; auto detects it from the template")
+    g.add_argument("--tool-parser-plugin", default=None,
+                   help="Python file imported at start-up that registers a tool-call format "
+                        "(parsers.formats.FORMATS[name] = ToolFormat(...))")
+    g.add_argument("--reasoning-parser-plugin", default=None,
+                   help="Python file imported at start-up that registers a reasoning format "
+                        "(parsers.reasoning.FORMATS[name] = ReasoningFormat(...))")
+    g.add_argument("--tool-strict-level", choices=("auto", "function", "parameter"), default=None,
+                   help="floor for tool-call structural tags: function always constrains the call envelope, "
+                        "parameter also pins every argument schema (default: each tool's strict)")
+    g.add_argument("--cohere-format", default="cmd4",
+                   help="put in every request's template kwargs as cohere_format, as vLLM does")
+    g.add_argument("--root-path", default=None, help="ASGI root_path when served behind a path-routing proxy")
+    g.add_argument("--disable-uvicorn-access-log", action="store_true", help="no access log line per request")
+    g.add_argument("--enable-log-requests", action="store_true", help="log each request (method, path, status, ms)")
+    g.add_argument("--max-log-len", type=int, default=None, help="with --enable-log-requests: truncate logged bodies")
+    g.add_argument("--enable-prompt-tokens-details", action="store_true",
+                   help="accepted: derender passes the engine's usage.prompt_tokens_details through either way")
+    g.add_argument("--trust-remote-code", action="store_true",
+                   help="accepted: this server never runs model code (tokenizers and templates are data)")
+    known = set(p._option_string_actions)
+    noop = p.add_argument_group("vllm launch render flags accepted without effect on a CPU render tier")
+    for options, arity in VLLM_LAUNCH_RENDER_OPTIONS:
+        fresh = [o for o in options if o not in known]
+        if len(fresh) != len(options):
+            continue
+        dest = _NOOP_PREFIX + options[0].lstrip("-").replace("-", "_")
+        if arity == 0:
+            noop.add_argument(*options, dest=dest, action="store_true", default=None, help=argparse.SUPPRESS)
+        else:
+            noop.add_argument(*options, dest=dest, nargs=None if arity == 1 else arity, default=None,
+                              help=argparse.SUPPRESS)
+        known.update(options)
+
+
+def ignored_flags(args: argparse.Namespace) -> list[str]:
+    """The no-effect vLLM flags given on this command line, as ``--name``."""
+    return sorted("--" + k[len(_NOOP_PREFIX):].replace("_", "-") for k, v in vars(args).items()
+                  if k.startswith(_NOOP_PREFIX) and v is not None)
+
+
+def overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """`ServeConfig` fields of the honoured flags."""
+    kwargs = dict(args.default_chat_template_kwargs or {})
+    if args.cohere_format:
+        kwargs.setdefault("cohere_format", args.cohere_format)  # vLLM folds it into the defaults
+    return {
+        "tokenizer": args.tokenizer,
+        "generation_config": args.generation_config,
+        "override_generation_config": args.override_generation_config or {},
+        "chat_template_content_format": args.chat_template_content_format,
+        "tool_parser_plugin": args.tool_parser_plugin,
+        "reasoning_parser_plugin": args.reasoning_parser_plugin,
+        "tool_strict_level": args.tool_strict_level,
+        "default_chat_template_kwargs": kwargs,
+        "root_path": args.root_path or "",
+        "access_log": not args.disable_uvicorn_access_log,
+        "enable_log_requests": args.enable_log_requests,
+        "max_log_len": args.max_log_len,
+    }
+
+
+class StartupCheckError(RuntimeError):
+    """A flag is wrong; the message says which and why (printed as one line, exit 2)."""
+
+
+def load_plugin(path: str | None, flag: str) -> None:
+    """Import a parser plugin file (vLLM's ``--*-parser-plugin``): it registers its format on import.
+
+    Raises:
+        StartupCheckError: the file is missing or fails to import.
+    """
+    if not path:
+        return
+    file = Path(path)
+    if not file.is_file():
+        raise StartupCheckError(f"{flag} {path}: no such file")
+    name = f"render_service_plugin_{file.stem}"
+    if name in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - any failure of the plugin is the operator's to fix
+        sys.modules.pop(name, None)
+        raise StartupCheckError(f"{flag} {path} failed to import: {type(exc).__name__}: {exc}") from None
+
+
+def check_parser_names(reasoning: str | None, tool: str | None) -> None:
+    """Raises `StartupCheckError` for an unknown name, listing the choices (``auto`` first)."""
+    from parsers import api as parsers_api
+
+    for flag, name, known in (("--reasoning-parser", reasoning, parsers_api.reasoning_parser_names()),
+                              ("--tool-call-parser", tool, parsers_api.tool_parser_names())):
+        if name and name != "auto" and name not in known:
+            raise StartupCheckError(f"invalid choice for {flag}: {name!r} (choose from auto, {', '.join(known)})")
+
+
+def check_chat_template(value: str | None) -> None:
+    """A ``--chat-template`` that is not inline Jinja must be a readable file."""
+    if not value or "{{" in value or "{%" in value:
+        return
+    try:
+        Path(value).read_text()
+    except OSError as exc:
+        raise StartupCheckError(f"--chat-template {value}: cannot read it ({exc.strerror or exc}); give a readable "
+                                "file or an inline Jinja template") from None
+
+
+def check_port(host: str, port: int) -> None:
+    """Raises `StartupCheckError` when ``host:port`` cannot be bound (another server holds it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise StartupCheckError(f"cannot listen on {host}:{port}: {exc.strerror or exc} "
+                                    "(is another server running there?)") from None
+
+
+def preflight(args: argparse.Namespace, config) -> None:
+    """Every check that needs no model, before the model loads; then the one warning line for
+    flags that have no effect here.
+
+    Raises:
+        StartupCheckError: the first problem found.
+    """
+    load_plugin(config.tool_parser_plugin, "--tool-parser-plugin")
+    load_plugin(config.reasoning_parser_plugin, "--reasoning-parser-plugin")
+    check_parser_names(config.reasoning_parser, config.tool_call_parser)
+    check_chat_template(config.chat_template)
+    if config.generation_config not in ("auto", "vllm") and not Path(config.generation_config).is_dir():
+        raise StartupCheckError(f"--generation-config {config.generation_config}: expected auto, vllm or a folder")
+    check_port(config.host, config.port)
+    ignored = ignored_flags(args)
+    if ignored:
+        log.warning("no effect on a CPU render tier (accepted for `vllm launch render` compatibility): %s",
+                    " ".join(ignored))
+    if getattr(args, "trust_remote_code", False):
+        log.info("--trust-remote-code: accepted; this server never runs model code")
+
+
+def generation_config(model_config: dict, config) -> dict:
+    """The generation defaults for sampling: the model's (``auto``), none (``vllm``) or a folder's
+    ``generation_config.json``, with ``--override-generation-config`` on top (vLLM's rule)."""
+    if config.generation_config == "auto":
+        base = dict(model_config)
+    elif config.generation_config == "vllm":
+        base = {k: v for k, v in model_config.items() if k not in GENERATION_CONFIG_KEYS}
+    else:
+        path = Path(config.generation_config) / "generation_config.json"
+        base = {**model_config, **(json.loads(path.read_text()) if path.is_file() else {})}
+    return {**base, **(config.override_generation_config or {})}
+
+
+class RequestLogMiddleware:
+    """``--enable-log-requests``: one log line per request (method, path, status, milliseconds)."""
+
+    def __init__(self, app, max_log_len: int | None = None) -> None:
+        self.app = app
+        self.max_log_len = max_log_len
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        import time
+
+        start = time.perf_counter()
+        status = [0]
+
+        async def send_status(message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            path = scope.get("path", "")
+            if self.max_log_len is not None:
+                path = path[: self.max_log_len]
+            log.info("request %s %s -> %d in %.1f ms", scope.get("method"), path, status[0],
+                     (time.perf_counter() - start) * 1000)

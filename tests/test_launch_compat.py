@@ -1,0 +1,184 @@
+"""`vllm launch render` command lines on `render-service serve` (issue 11 item 4).
+
+Every option vLLM 0.33's own parser defines (recorded in
+``fixtures/vllm/recorded/launch-render-flags.json``) parses; the honoured ones change what the
+server does; the rest produce one warning line; nothing is abbreviated; what can be checked
+before the model loads fails fast with one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import MODELS, SHARED, free_port, needs_shared
+from render_service import cli
+from render_service.vllm_flags import VLLM_LAUNCH_RENDER_OPTIONS
+
+RECORDED = Path(__file__).resolve().parent / "fixtures" / "vllm" / "recorded" / "launch-render-flags.json"
+VLLM_FLAGS = json.loads(RECORDED.read_text()) if RECORDED.exists() else []
+
+# Values for flags whose type we check (ours or vLLM's choices); everything else gets "4096".
+SAMPLES = {"--default-chat-template-kwargs": "{}", "--override-generation-config": "{}",
+           "--reasoning-effort-map": "{}", "--limit-mm-per-prompt": "{}", "--port": "8000",
+           "--generation-config": "auto", "--max-model-len": "4096"}
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="render-service", allow_abbrev=False)
+    cli.add_serve_parser(parser.add_subparsers(dest="command"))
+    return parser
+
+
+def _argv(flag: dict) -> list[str]:
+    option = flag["options"][0]
+    if not flag["takes_value"]:
+        return [option]
+    value = SAMPLES.get(option) or (flag["choices"][0] if flag["choices"] else "4096")
+    return [option] if flag["nargs"] in ("?", "*") else [option, value]
+
+
+def test_flag_table_is_the_recording():
+    assert VLLM_FLAGS, "launch-render-flags.json not recorded"
+    recorded = [(tuple(f["options"]), 0 if not f["takes_value"] else (f["nargs"] if f["nargs"] in ("+", "*", "?") else 1))
+                for f in VLLM_FLAGS]
+    assert recorded == list(VLLM_LAUNCH_RENDER_OPTIONS)
+
+
+@pytest.mark.parametrize("flag", VLLM_FLAGS, ids=lambda f: f["options"][0])
+def test_every_vllm_flag_parses(flag):
+    parser = _serve_parser()
+    try:
+        parser.parse_args(["serve", "some-model", *_argv(flag)])
+    except SystemExit:
+        pytest.fail(f"`render-service serve {' '.join(_argv(flag))}` is refused")
+
+
+def test_no_abbreviations():
+    parser = _serve_parser()
+    args = parser.parse_args(["serve", "m", "--tokenizer", "tok-dir"])
+    assert args.tokenizer == "tok-dir" and args.tokenizer_backend == "auto"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "m", "--tokenizer-back", "hf"])
+
+
+def test_ignored_flags_are_named_once():
+    from render_service import launch_compat
+
+    args = _serve_parser().parse_args(["serve", "m", "--tensor-parallel-size", "2", "--enforce-eager",
+                                       "--gpu-memory-utilization", "0.8", "--host", "0.0.0.0"])
+    assert launch_compat.ignored_flags(args) == ["--enforce-eager", "--gpu-memory-utilization",
+                                                 "--tensor-parallel-size"]
+
+
+def _fails_fast(argv: list[str], capsys) -> str:
+    start = time.monotonic()
+    assert cli.main(["serve", *argv]) == 2
+    assert time.monotonic() - start < 10, "the check must come before the model loads"
+    return capsys.readouterr().err
+
+
+@needs_shared
+def test_unknown_parser_lists_auto(capsys):
+    err = _fails_fast([str(MODELS / "qwen3"), "--tool-call-parser", "nope", "--port", str(free_port())], capsys)
+    assert "--tool-call-parser" in err and "'nope'" in err and "choose from auto, " in err
+
+
+@needs_shared
+def test_port_in_use_fails_before_loading(capsys):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        err = _fails_fast([str(MODELS / "qwen3"), "--port", str(busy.getsockname()[1])], capsys)
+    assert "cannot listen on 127.0.0.1" in err
+
+
+@needs_shared
+def test_unreadable_template_fails_before_loading(tmp_path, capsys):
+    err = _fails_fast([str(MODELS / "qwen3"), "--chat-template", str(tmp_path / "missing.jinja"),
+                       "--port", str(free_port())], capsys)
+    assert "--chat-template" in err and "missing.jinja" in err
+
+
+def test_missing_plugin_fails(tmp_path, capsys):
+    err = _fails_fast(["--tool-parser-plugin", str(tmp_path / "nope.py"), "--port", str(free_port())], capsys)
+    assert "--tool-parser-plugin" in err
+
+
+@contextlib.contextmanager
+def _serve(*argv: str):
+    """`render-service serve ARGV` as a subprocess on a free port; yields (client, stderr lines so far)."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "render_service.cli", "serve", *argv, "--host", "127.0.0.1",
+                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, proc.stderr.read()
+            with contextlib.suppress(httpx.TransportError):
+                if client.get("/health").status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "server did not come up"
+            time.sleep(0.2)
+        yield client, proc
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def _stderr(proc) -> str:
+    proc.terminate()
+    return proc.stderr.read()
+
+
+CHAT = {"messages": [{"role": "user", "content": "hi"}]}
+
+
+@needs_shared
+def test_vllm_command_line_starts_and_honours_flags(tmp_path):
+    plugin = tmp_path / "my_parser.py"
+    plugin.write_text("from parsers import formats\nformats.FORMATS['my_hermes'] = formats.FORMATS['hermes']\n")
+    with _serve(str(MODELS / "llama-3.1-instruct"), "--tokenizer", str(MODELS / "qwen3"),
+                "--override-generation-config", '{"temperature": 0.25}', "--tool-parser-plugin", str(plugin),
+                "--tool-call-parser", "my_hermes", "--enable-auto-tool-choice", "--trust-remote-code",
+                "--tensor-parallel-size", "2", "--enforce-eager", "--enable-log-requests",
+                "--disable-log-stats") as (client, proc):
+        out = client.post("/v1/chat/completions/render", json=CHAT).json()
+        call = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
+        ids = client.post("/tokenize", json={"prompt": call, "add_special_tokens": False}).json()["tokens"]
+        parsed = client.post("/v1/chat/completions/derender", json={
+            "generate_response": {"request_id": "r", "choices": [{"index": 0, "token_ids": ids}]},
+            "chat_request": {"messages": [], "tools": [{"type": "function", "function": {"name": "f"}}]}}).json()
+        models = client.get("/v1/models").json()
+        err = _stderr(proc)
+    # --tokenizer: Qwen3's ids; generation config from MODEL (Llama: top_p 0.9) under the override
+    assert out["token_ids"][:3] == [151644, 872, 198]
+    assert out["sampling_params"]["temperature"] == 0.25 and out["sampling_params"]["top_p"] == 0.9
+    assert models["data"][0]["id"] == str(MODELS / "llama-3.1-instruct")
+    # the plugin's parser reads the call
+    assert parsed["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "f"
+    ignored = [line for line in err.splitlines() if "no effect on a CPU render tier" in line]
+    assert len(ignored) == 1 and "--tensor-parallel-size" in ignored[0] and "--enforce-eager" in ignored[0]
+    assert "--disable-log-stats" in ignored[0]
+    assert "request POST /v1/chat/completions/render -> 200" in err
+
+
+@needs_shared
+def test_generation_config_vllm_drops_the_models_defaults():
+    with _serve(str(MODELS / "qwen3"), "--generation-config", "vllm", "--disable-uvicorn-access-log",
+                "--root-path", "/render") as (client, proc):
+        sp = client.post("/v1/chat/completions/render", json=CHAT).json()["sampling_params"]
+        err = _stderr(proc)
+    assert sp["temperature"] == 1.0 and sp["top_p"] == 1.0 and "top_k" not in sp
+    assert '"POST /v1/chat/completions/render' not in err  # no access log line
