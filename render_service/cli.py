@@ -126,7 +126,8 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="listen address (0.0.0.0 for all interfaces)")
     p.add_argument("--port", type=port_type, default=8000, help="listen port")
     p.add_argument("--workers", type=_positive, default=1, help="server processes sharing the port")
-    p.add_argument("--api-key", action="append", default=None, help="guard /v1, /v2, /inference (repeatable)")
+    p.add_argument("--api-key", action="append", default=None,
+                   help="guard /v1, /v2, /inference (repeatable; default: env VLLM_API_KEY, as vLLM)")
     p.add_argument("--trust-request-chat-template", action="store_true",
                    help="accept `chat_template` in requests (a client-supplied Jinja template runs in the sandbox)")
     p.add_argument("--exclude-tools-when-tool-choice-none", action="store_true",
@@ -167,7 +168,7 @@ def build_config(args: argparse.Namespace):
         host=args.host,
         port=args.port,
         workers=args.workers,
-        api_key=tuple(args.api_key or ()),
+        api_key=tuple(args.api_key or ()) or tuple(filter(None, [os.environ.get("VLLM_API_KEY")])),
         trust_request_chat_template=args.trust_request_chat_template,
         exclude_tools_when_tool_choice_none=args.exclude_tools_when_tool_choice_none,
         content_special_tokens=args.content_special_tokens,

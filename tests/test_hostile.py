@@ -392,3 +392,105 @@ def test_largest_n_stream_continues(keyed):
     assert first.status_code == 200, first.text[:300]
     second = httpx.post(url + DERENDER, json=_stream_body(first.json()["stream_state"], n=16384), timeout=120)
     assert second.status_code == 200, second.text[:300]
+
+
+# -- 1. request templates: killable worker, budget, limits, client leave, /tokenize auth ---
+
+RENDER = "/v1/chat/completions/render"
+LOOPS = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+
+
+def _with_template(template: str) -> dict:
+    return {"messages": [{"role": "user", "content": "hi"}], "chat_template": template}
+
+
+@pytest.fixture(scope="module")
+def trusting() -> Iterator[tuple[str, object]]:
+    from render_service.config import ServeConfig
+    from render_service.model import template_sandbox
+    from render_service.server import build_app
+    from tests.conftest import serve_app
+
+    app, _, _ = build_app(ServeConfig(trust_request_chat_template=True, api_key=("secret-key",)))
+    with serve_app(app) as url:
+        yield url, template_sandbox
+    template_sandbox.shared_sandbox().close()
+
+
+AUTH = {"Authorization": "Bearer secret-key"}
+
+
+@pytest.mark.parametrize("template,says", [
+    ("{{ (9**(9**8)) % 7 }}", "bits"),          # held the interpreter 65 s
+    ("{{ 'a' * 10**10 }}", "repetition"),       # was a 500 (MemoryError)
+    (LOOPS, "did not finish"),                  # never ended
+])
+def test_template_bombs_are_400_and_the_server_keeps_answering(trusting, template, says):
+    url, _ = trusting
+    r = httpx.post(url + RENDER, json=_with_template(template), headers=AUTH, timeout=60)
+    assert r.status_code == 400 and says in r.json()["error"]["message"], r.text
+    assert httpx.get(url + "/health", timeout=10).status_code == 200
+    ok = httpx.post(url + RENDER, json=_with_template("{% for m in messages %}{{ m.content }}{% endfor %}"),
+                    headers=AUTH, timeout=60)
+    assert ok.status_code == 200, ok.text
+
+
+def test_four_runaway_templates_do_not_stop_health(trusting):
+    import concurrent.futures
+
+    url, _ = trusting
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        runaways = [pool.submit(httpx.post, url + RENDER, json=_with_template(LOOPS), headers=AUTH, timeout=120)
+                    for _ in range(4)]
+        time.sleep(0.5)
+        assert httpx.get(url + "/health", timeout=10).status_code == 200
+        assert all(f.result().status_code in (400, 503) for f in runaways)
+
+
+def test_a_client_that_leaves_stops_its_template(trusting):
+    """With a 60 s budget, the worker is still killed soon after the client goes away."""
+    url, template_sandbox = trusting
+    sandbox = template_sandbox.shared_sandbox()
+    limits = sandbox.limits
+    sandbox.limits = template_sandbox.TemplateLimits(timeout_s=60, workers=limits.workers)
+    try:
+        killed = sandbox.killed
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(url + RENDER, json=_with_template(LOOPS + "{{ 1 }}"), headers=AUTH, timeout=1.0)
+        deadline = time.monotonic() + 20
+        while sandbox.killed == killed and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sandbox.killed > killed, "the template kept running after its client left"
+    finally:
+        sandbox.limits = limits
+
+
+def test_tokenize_with_a_request_template_needs_the_api_key(trusting):
+    url, _ = trusting
+    body = _with_template("{% for m in messages %}{{ m.content }}{% endfor %}")
+    assert httpx.post(url + "/tokenize", json=body, timeout=30).status_code == 401
+    assert httpx.post(url + "/tokenize", json=body, headers=AUTH, timeout=30).status_code == 200
+    plain = {"messages": [{"role": "user", "content": "hi"}]}
+    assert httpx.post(url + "/tokenize", json=plain, timeout=30).status_code == 200  # as vLLM: /tokenize is open
+
+
+# -- 9. auth details as vLLM: VLLM_API_KEY, the first Authorization header, OPTIONS ---------
+
+def test_auth_takes_the_first_header_and_lets_options_through(trusting):
+    url, _ = trusting
+    two = [("Authorization", "Bearer secret-key"), ("Authorization", "Bearer wrong")]
+    assert httpx.post(url + RENDER, json=CHAT, headers=two, timeout=30).status_code == 200
+    assert httpx.post(url + RENDER, json=CHAT, headers=two[::-1], timeout=30).status_code == 401
+    assert httpx.options(url + RENDER, timeout=30).status_code != 401
+
+
+def test_vllm_api_key_environment_fallback(monkeypatch):
+    import argparse
+
+    from render_service.cli import add_serve_parser, build_config
+
+    parser = argparse.ArgumentParser()
+    add_serve_parser(parser.add_subparsers())
+    monkeypatch.setenv("VLLM_API_KEY", "from-env")
+    assert build_config(parser.parse_args(["serve"])).api_key == ("from-env",)
+    assert build_config(parser.parse_args(["serve", "--api-key", "flag"])).api_key == ("flag",)

@@ -13,6 +13,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config import ServeConfig
 from ..errors import OpenAIError
+from .cancel import ClientGoneMiddleware
 from .common import AppContext, JSONResponse, error_response
 
 log = logging.getLogger("render_service.http")
@@ -28,24 +29,35 @@ ROUTE_MODULES = (
 _GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/render", "/derender")
 
 
+def authorized(headers: list[tuple[bytes, bytes]], keys: tuple[str, ...]) -> bool:
+    """True when the first ``Authorization`` header is ``Bearer <one of keys>`` (as vLLM:
+    with several such headers the first one counts). Compared in constant time."""
+    auth = next((v for k, v in headers if k == b"authorization"), b"")
+    token = auth[7:] if auth[:7].lower() == b"bearer " else b""
+    return any(hmac.compare_digest(token, k.encode()) for k in keys)
+
+
+def unauthorized() -> OpenAIError:
+    """The 401 of a missing or wrong API key."""
+    return OpenAIError(401, "Missing or invalid API key.", type="AuthenticationError")
+
+
 class ApiKeyMiddleware:
-    """With ``--api-key``, paths under /v1, /v2 and /inference need ``Authorization: Bearer KEY``.
+    """With ``--api-key`` (or env ``VLLM_API_KEY``), paths under /v1, /v2 and /inference need
+    ``Authorization: Bearer KEY``; ``OPTIONS`` (CORS preflight) passes, as in vLLM.
 
     Same guard as vLLM (wire brief §0), but the 401 body is the OpenAI error shape.
     """
 
     def __init__(self, app: ASGIApp, keys: tuple[str, ...]) -> None:
         self.app = app
-        self.keys = [k.encode() for k in keys]
+        self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self.keys and scope["path"].startswith(_GUARDED_PREFIXES):
-            auth = dict(scope["headers"]).get(b"authorization", b"")
-            token = auth[7:] if auth[:7].lower() == b"bearer " else b""
-            if not any(hmac.compare_digest(token, k) for k in self.keys):
-                err = OpenAIError(401, "Missing or invalid API key.", type="AuthenticationError")
-                await error_response(err)(scope, receive, send)
-                return
+        if (scope["type"] == "http" and self.keys and scope["method"] != "OPTIONS"
+                and scope["path"].startswith(_GUARDED_PREFIXES) and not authorized(scope["headers"], self.keys)):
+            await error_response(unauthorized())(scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
 
@@ -113,6 +125,7 @@ def create_app(bundle, config: ServeConfig) -> Starlette:
             Exception: _unexpected,
         },
     )
+    app.add_middleware(ClientGoneMiddleware)
     if config.api_key:
         app.add_middleware(ApiKeyMiddleware, keys=config.api_key)
     app.state.ctx = ctx

@@ -17,6 +17,7 @@ from .. import __version__
 from ..errors import check_token_ids
 from ..render import render_chat
 from ..wire.openai import ChatCompletionRequest
+from .app import authorized, unauthorized
 from .common import AppContext, JSONResponse, read_json, validate
 
 _STARTED = int(time.time())
@@ -91,6 +92,10 @@ def routes(ctx: AppContext) -> list[Route]:
         body = await read_json(request, ctx.config.max_body_bytes)
         if isinstance(body, dict) and "messages" in body:
             req = validate(ChatCompletionRequest, body)
+            # A request template is code: /tokenize runs it only for callers render would accept.
+            with_template = req.chat_template is not None or "chat_template" in (req.chat_template_kwargs or {})
+            if with_template and ctx.config.api_key and not authorized(request.scope["headers"], ctx.config.api_key):
+                raise unauthorized()
             ctx.check_model(req.model)
             rendered = await ctx.run_cpu(render_chat, bundle, ctx.config, req, "tokenize")
             ids = rendered["token_ids"]

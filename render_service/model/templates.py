@@ -90,8 +90,37 @@ class _SafeNamespace(jinja2.utils.Namespace):
             raise jinja2.exceptions.SecurityError(f"namespace attribute {name!r} is not allowed")
 
 
+MAX_INT_BITS = 4096
+"""Largest integer a template's ``**`` or ``*`` may produce (``9**(9**8)`` held the process 65 s)."""
+MAX_REPEAT = 1 << 20
+"""Longest string or list a template's ``*`` may build (``'a' * 10**10`` was a MemoryError)."""
+
+
+class _BoundedSandbox(ImmutableSandboxedEnvironment):
+    """The sandbox with arithmetic and repetition limits. Intercepted operators are also
+    never folded at compile time, so a bomb in a literal cannot stall compilation."""
+
+    intercepted_binops = frozenset(["**", "*"])
+
+    def call_binop(self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**" and _is_int(left) and _is_int(right) and abs(left) > 1:
+            if right > 0 and right * abs(left).bit_length() > MAX_INT_BITS:
+                raise jinja2.exceptions.SecurityError(f"'**' result past {MAX_INT_BITS} bits")
+        elif operator == "*":
+            for seq, times in ((left, right), (right, left)):
+                if isinstance(seq, (str, list, tuple)) and _is_int(times) and len(seq) * max(times, 0) > MAX_REPEAT:
+                    raise jinja2.exceptions.SecurityError(f"'*' repetition past {MAX_REPEAT} items")
+            if _is_int(left) and _is_int(right) and abs(left).bit_length() + abs(right).bit_length() > MAX_INT_BITS:
+                raise jinja2.exceptions.SecurityError(f"'*' result past {MAX_INT_BITS} bits")
+        return super().call_binop(context, operator, left, right)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
+    env = _BoundedSandbox(
         trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols]
     )
     env.filters["tojson"] = _tojson

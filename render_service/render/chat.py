@@ -15,7 +15,8 @@ from .. import policy
 from ..config import ServeConfig
 from ..errors import bad_request
 from ..model import ModelBundle
-from ..model.templates import TemplateRenderError, compile_template
+from ..model.template_sandbox import request_template
+from ..model.templates import TemplateRenderError
 from ..wire.openai import ChatCompletionRequest
 from .media import MediaInput
 from .messages import history_tool_call_count, prepare_messages
@@ -190,10 +191,8 @@ def _template_and_kwargs(bundle: ModelBundle, config: ServeConfig, req: ChatComp
             raise bad_request(
                 "Chat template is passed with request, but --trust-request-chat-template is not set.", "chat_template"
             )
-        try:
-            template = compile_template(inline)
-        except ValueError as exc:
-            raise bad_request(str(exc), "chat_template") from None
+        # Untrusted code: compiled and rendered only in a killable worker process, under limits.
+        template = request_template(inline)
     elif bundle.chat_template is None:
         raise bad_request(
             "This model has no chat template; start the server with --chat-template or use /v1/completions.",
