@@ -211,7 +211,9 @@ class PythonCalls:
 
     def _emit(self, calls: Calls) -> None:
         parsed = call_to_json("".join(self.cur))
-        if parsed is None or not calls.valid(parsed[0]):
+        # a name the tools lack is still reported as a call, as vLLM does and as in JSON
+        # lists, so the calls after it are kept (issue 15)
+        if parsed is None or not calls.plausible(parsed[0]):
             self.status = ERROR
             return
         calls.start(parsed[0])

@@ -273,6 +273,8 @@ def test_schema_resolution_edges():
     ("phi4_mini_json", 'functools[{"name": "rm_rf", "arguments": {"p": "/"}}, {"name": "get_weather", '
                        '"arguments": {"city": "Oslo"}}]'),
     ("llama3_json", '{"name": "rm_rf", "parameters": {"p": "/"}}; {"name": "get_weather", "parameters": {"city": "Oslo"}}'),
+    ("pythonic", '[rm_rf(p="/"), get_weather(city="Oslo")]'),
+    ("llama4_pythonic", '<|python_start|>[rm_rf(p="/"), get_weather(city="Oslo")]<|python_end|>'),
 ])
 def test_unknown_name_in_a_list_does_not_lose_the_calls_after_it(family, text):
     """vLLM's list parsers return every element; the client answers the unknown one with
