@@ -273,3 +273,16 @@ def test_messages_bad_input_is_anthropic_4xx(world):
         ant(world.local).messages.create(model="nope", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
     r = httpx.post(world.local + "/v1/messages", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.json()["type"] == "error"
+
+
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_messages_count_tokens(world, where):
+    """Claude Code asks ``count_tokens`` before long requests: the SDK call gets the prompt length."""
+    client = ant(getattr(world, where))
+    got = client.messages.count_tokens(model=world.model, tools=ANTHROPIC_TOOLS,
+                                       messages=[{"role": "user", "content": WEATHER}])
+    msg = client.messages.create(model=world.model, max_tokens=512, tools=ANTHROPIC_TOOLS,
+                                 messages=[{"role": "user", "content": WEATHER}])
+    assert got.input_tokens == msg.usage.input_tokens > 100
+    r = httpx.post(getattr(world, where) + "/v1/messages/count_tokens", json={"model": world.model})
+    assert r.status_code == 400 and r.json()["type"] == "error"

@@ -6,6 +6,7 @@
 | ``POST /v1/completions`` | OpenAI completion, JSON or SSE |
 | ``POST /v1/responses`` | OpenAI Responses ``Response``, or its typed SSE events (``stream: true``) |
 | ``POST /v1/messages`` | Anthropic ``message``, or its content-block SSE events; errors in Anthropic's shape |
+| ``POST /v1/messages/count_tokens`` | ``{"input_tokens"}``: the rendered prompt's length |
 | ``GET /v1/models`` | the served model (in-process render) or the render server's list |
 | ``GET /version`` | in-process render only |
 | ``GET /health`` | ``{"prefill": {url: state}, "decode": {…}[, "render": {…}]}``; 503 unless every hop has a healthy instance |
@@ -33,6 +34,7 @@ from ..errors import OpenAIError, bad_request
 from ..http.common import JSONResponse, error_response, read_json
 from ..wire.frontdoors import error_body
 from .flow import Driver
+from .frontdoors import FrontDoorFlow
 from .legs import RequestScope
 from .responder import Responder
 from .upstream import error_from_exception
@@ -83,6 +85,14 @@ def create_app(driver: Driver) -> Starlette:
         status, body = await driver.health()
         return JSONResponse(body, status_code=status)
 
+    async def count_tokens(request: Request) -> Response:
+        try:
+            body = await read_json(request, driver.config.serve.max_body_bytes)
+        except OpenAIError as err:
+            return JSONResponse(error_body("messages", err), status_code=err.status)
+        status, answer = await FrontDoorFlow(driver).count_tokens(body)
+        return JSONResponse(answer, status_code=status)
+
     async def metrics(request: Request) -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -93,6 +103,7 @@ def create_app(driver: Driver) -> Starlette:
         Route("/v1/completions", DriveEndpoint(driver, "completion"), methods=["POST"]),
         Route("/v1/responses", DriveEndpoint(driver, "responses"), methods=["POST"]),
         Route("/v1/messages", DriveEndpoint(driver, "messages"), methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]

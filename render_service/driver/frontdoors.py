@@ -21,11 +21,13 @@ from typing import Any, Mapping
 from ..derender.frontdoors import FrontDoorSession
 from ..errors import OpenAIError
 from ..http.common import validate
+from ..render.anthropic import count_tokens as anthropic_count_tokens
 from ..render.anthropic import render_messages
 from ..render.request import new_request_id
 from ..render.responses import render_responses
 from ..wire import sse
-from ..wire.frontdoors import AnthropicMessagesRequest, ResponsesRequest, error_body, stream_error_event
+from ..wire.frontdoors import (AnthropicCountTokensRequest, AnthropicMessagesRequest, ResponsesRequest, error_body,
+                               stream_error_event)
 from ..wire.generate import GenerateResponse
 from .hops import LocalHops
 from .timing import HopTimer
@@ -126,6 +128,20 @@ class FrontDoorFlow:
             drv.metrics.in_flight.dec()
             drv.metrics.observe(timer)
             drv.metrics.requests.labels(kind, str(out.status or 499)).inc()
+
+    async def count_tokens(self, body: Any) -> tuple[int, dict]:
+        """``POST /v1/messages/count_tokens`` → ``(status, body)``: the prompt length render
+        gives (a remote render is asked for the prompt itself), errors in Anthropic's shape."""
+        try:
+            req = validate(AnthropicCountTokensRequest, body)
+            if isinstance(self.driver.hops, LocalHops):
+                hops = self.driver.hops
+                hops.check_model(req.model)
+                return 200, await hops.run_cpu(anthropic_count_tokens, hops.bundle, hops.config, req)
+            gen = await self._render("messages", req, {**body, "max_tokens": req.max_tokens}, new_request_id())
+            return 200, {"input_tokens": len(gen["token_ids"])}
+        except OpenAIError as err:
+            return err.status, error_body("messages", err)
 
     async def _render(self, kind: str, req: Any, body: dict, base_id: str) -> dict:
         hops = self.driver.hops

@@ -4,6 +4,7 @@
 |---|---|---|
 | ``POST /v1/responses/render`` | ``ResponsesRequest`` | ``GenerateRequest`` (vLLM 0.33's) |
 | ``POST /v1/messages/render`` | ``AnthropicMessagesRequest`` | ``GenerateRequest`` (vLLM 0.33's) |
+| ``POST /v1/messages/count_tokens`` | the same without ``max_tokens`` | ``{"input_tokens"}`` (Anthropic's) |
 | ``POST /v1/responses/derender`` | ``{generate_response, prompt_token_ids, responses_request}``, or ``stream: true`` with ``generate_chunk`` + ``stream_state`` | ``Response``, or ``{"events", "stream_state"}`` |
 | ``POST /v1/messages/derender`` | same with ``messages_request`` | Anthropic ``message``, or ``{"events", "stream_state"}`` |
 | ``POST /v1/{responses,messages}/derender/pipe`` | header line + engine SSE bytes | the API's SSE |
@@ -24,13 +25,14 @@ from ..derender.frontdoor_pipe import FrontDoorPipe
 from ..derender.frontdoors import FrontDoorDerenderer
 from ..derender.service import Derenderer
 from ..errors import OpenAIError
+from ..render.anthropic import count_tokens as anthropic_count_tokens
 from ..render.anthropic import messages_to_chat, render_messages
 from ..render.media import MediaInput, chat_media_parts, load_media_input, mm_payload
 from ..render.request import new_request_id
 from ..render.responses import render_responses, responses_to_chat
-from ..wire.frontdoors import (AnthropicMessagesRequest, DerenderMessagesRequest, DerenderMessagesStreamRequest,
-                               DerenderResponsesRequest, DerenderResponsesStreamRequest, FrontDoorPipeHeader,
-                               ResponsesRequest, error_body)
+from ..wire.frontdoors import (AnthropicCountTokensRequest, AnthropicMessagesRequest, DerenderMessagesRequest,
+                               DerenderMessagesStreamRequest, DerenderResponsesRequest, DerenderResponsesStreamRequest,
+                               FrontDoorPipeHeader, ResponsesRequest, error_body)
 from .common import AppContext, JSONResponse, read_json, validate
 from .derender_routes import PipeEndpoint
 
@@ -62,6 +64,15 @@ def routes(ctx: AppContext) -> list[Route]:
         loaded = await media(messages_to_chat(req)["messages"], req)
         return JSONResponse(await ctx.run_cpu(render_messages, ctx.bundle, ctx.config, req, rid, loaded))
 
+    async def count_tokens(request: Request) -> JSONResponse:
+        try:
+            req = validate(AnthropicCountTokensRequest, await read_json(request, ctx.config.max_body_bytes))
+            ctx.check_model(req.model)
+            loaded = await media(messages_to_chat(req)["messages"], req)
+            return JSONResponse(await ctx.run_cpu(anthropic_count_tokens, ctx.bundle, ctx.config, req, loaded))
+        except OpenAIError as err:
+            return JSONResponse(error_body("messages", err), status_code=err.status)
+
     def derender(kind: str):
         plain, streamed = _DERENDER_BODIES[kind]
 
@@ -84,6 +95,7 @@ def routes(ctx: AppContext) -> list[Route]:
     return [
         Route("/v1/responses/render", responses_render, methods=["POST"]),
         Route("/v1/messages/render", messages_render, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/v1/responses/derender", derender("responses"), methods=["POST"]),
         Route("/v1/messages/derender", derender("messages"), methods=["POST"]),
         Route("/v1/responses/derender/pipe", FrontDoorPipeEndpoint(ctx, d, "responses"), methods=["POST"]),

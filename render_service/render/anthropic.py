@@ -74,6 +74,13 @@ def render_messages(bundle: ModelBundle, config: ServeConfig, req: AnthropicMess
     return gen
 
 
+def count_tokens(bundle: ModelBundle, config: ServeConfig, req: AnthropicMessagesRequest,
+                 media: MediaInput | None = None) -> dict[str, int]:
+    """``POST /v1/messages/count_tokens``: ``{"input_tokens": len(prompt)}`` of the prompt
+    `render_messages` would build (images expanded)."""
+    return {"input_tokens": len(render_messages(bundle, config, req, "count", media)["token_ids"])}
+
+
 def messages_to_chat(req: Any, disabled_thinking_effort: str = "none", merge_inline_system: bool = False) -> dict[str, Any]:
     """A validated `AnthropicMessagesRequest` → an OpenAI chat request body (plain dict).
 

@@ -231,6 +231,16 @@ class AnthropicMessagesRequest(_Lenient):
         return self
 
 
+class AnthropicCountTokensRequest(AnthropicMessagesRequest):
+    """``POST /v1/messages/count_tokens``: a Messages body without ``max_tokens``."""
+
+    max_tokens: int = Field(default=1, gt=0)
+
+    @model_validator(mode="after")
+    def _budget(self) -> "AnthropicCountTokensRequest":  # nothing is generated: no budget to check
+        return self
+
+
 # -- derender bodies (our routes; modelled on the chat derender, wire brief §1.6) ----------
 
 _LOOSE = ConfigDict(extra="ignore")
