@@ -209,3 +209,12 @@ def test_compiled_and_numpy_resize_agree():
     for h, w, oh, ow in [(37, 91, 56, 84), (300, 200, 140, 112), (5, 800, 28, 812), (64, 64, 64, 128)]:
         img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
         assert (resize_bicubic_aa(img, oh, ow, compiled=False) == resize_bicubic_aa(img, oh, ow)).all()
+
+
+def test_compiled_and_numpy_patchify_agree(processor):
+    """The numba patch kernel equals the NumPy reshape/transpose, for stills and odd frame counts."""
+    rng = np.random.default_rng(4)
+    for shape in [(1, 56, 84, 3), (2, 112, 56, 3), (3, 56, 56, 3)]:
+        frames = rng.integers(0, 256, shape, dtype=np.uint8)
+        (a, ga), (b, gb) = processor._patchify(frames), processor._patchify(frames, compiled=False)
+        assert ga == gb and (a == b).all()

@@ -170,3 +170,8 @@ def resize_bicubic_aa(image: np.ndarray, height: int, width: int, *, compiled: b
     if compiled is None:
         compiled = numba is not None
     return (_resize_compiled if compiled else _resize_numpy)(image, height, width)
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) the kernels now, not on the first request."""
+    resize_bicubic_aa(np.zeros((3, 5, 3), np.uint8), 4, 6)

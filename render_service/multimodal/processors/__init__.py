@@ -34,4 +34,9 @@ def load_processor(model_dir: str | Path | None) -> Any | None:
     except (OSError, ValueError):
         return None
     factory = FAMILIES.get(config.get("model_type", ""))
-    return factory(model_dir, config) if factory else None
+    if factory is None:
+        return None
+    from ..resize import warm_up
+
+    warm_up()
+    return factory(model_dir, config)

@@ -101,13 +101,24 @@ class Qwen2VLProcessor:
         except ValueError as exc:
             raise bad_request(str(exc), param) from None
 
-    def _patchify(self, frames: np.ndarray) -> tuple[np.ndarray, tuple[int, int, int]]:
-        """``[T, H, W, C]`` uint8 frames → ``([T/2·h·w, C·2·14·14], (t, h, w))`` in Qwen's patch order."""
+    def _patchify(self, frames: np.ndarray, *, compiled: bool | None = None) -> tuple[np.ndarray, tuple[int, int, int]]:
+        """``[T, H, W, C]`` uint8 frames → ``([ceil(T/2)·h·w, C·2·14·14], (t, h, w))`` in Qwen's patch order.
+
+        A frame count that is not a multiple of the temporal patch repeats the last frame (a
+        still image is one frame, so its patch holds it twice), as transformers pads.
+        """
         p, m, tp = self.patch_size, self.merge_size, self.temporal_patch_size
-        if pad := -frames.shape[0] % tp:
+        frames = np.ascontiguousarray(frames)
+        t_in, height, width, channels = frames.shape
+        gt, gh, gw = -(-t_in // tp), height // p, width // p
+        if compiled is None:
+            compiled = _patchify_kernel is not None
+        if compiled:
+            out = np.empty((gt * gh * gw, channels * tp * p * p), np.uint8)
+            _patchify_kernel(frames.reshape(t_in, height, width * channels), p, m, tp, channels, gh, gw, out)
+            return out, (gt, gh, gw)
+        if pad := -t_in % tp:
             frames = np.concatenate([frames, np.repeat(frames[-1:], pad, axis=0)])
-        t_all, height, width, channels = frames.shape
-        gt, gh, gw = t_all // tp, height // p, width // p
         x = frames.reshape(gt, tp, gh // m, m, p, gw // m, m, p, channels)
         # -> [t, h/m, w/m, m, m, C, tp, p, p]
         x = x.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)
@@ -121,7 +132,7 @@ class Qwen2VLProcessor:
         """
         height, width = self.resized_size(rgb.shape[0], rgb.shape[1], param=param)
         resized = resize_bicubic_aa(rgb, height, width)
-        patches, grid = self._patchify(resized[None].repeat(self.temporal_patch_size, axis=0))
+        patches, grid = self._patchify(resized[None])
         return ProcessedItem(
             modality="image",
             fields={
@@ -150,6 +161,40 @@ class Qwen2VLProcessor:
             },
             num_tokens=grid[0] * grid[1] * grid[2] // (self.merge_size ** 2),
         )
+
+
+try:
+    import numba
+except ImportError:   # pragma: no cover - numba is a dependency; the NumPy transpose stays exact without it
+    numba = None
+
+_patchify_kernel = None
+if numba is not None:
+    @numba.njit(nogil=True, cache=True)
+    def _patchify_kernel(frames, p, m, tp, channels, gh, gw, out):   # pragma: no cover - compiled
+        """One pass from ``[T, H, W*C]`` frames to Qwen's rows: row n = (t, h/m, w/m, m, m), value (C, tp, p, p)."""
+        n = 0
+        for gt in range(out.shape[0] // (gh * gw)):
+            for bh in range(gh // m):
+                for bw in range(gw // m):
+                    for mh in range(m):
+                        for mw in range(m):
+                            y0, x0 = (bh * m + mh) * p, (bw * m + mw) * p
+                            row = out[n]
+                            for c in range(channels):
+                                for t in range(tp):
+                                    f = min(gt * tp + t, frames.shape[0] - 1)
+                                    base = (c * tp + t) * p * p
+                                    if t > 0 and f == min(gt * tp + t - 1, frames.shape[0] - 1):
+                                        row[base:base + p * p] = row[base - p * p:base]   # same frame again
+                                        continue
+                                    frame = frames[f]
+                                    for i in range(p):
+                                        src = frame[y0 + i]
+                                        for j in range(p):
+                                            row[base + i * p + j] = src[(x0 + j) * channels + c]
+                            n += 1
+        return out
 
 
 def _read_json(path: Path) -> dict:
