@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from render_service.cli import port_type
+from render_service.cli import add_log_level_argument, port_type
 from .app import FAILURE_POLICIES, ROLES, EngineConfig, create_app
 from .backend import Backend
 
@@ -39,9 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-ctx", type=int, default=2048, help="llama.cpp context length = max_model_len")
     parser.add_argument("--n-threads", type=int, default=1,
                         help="llama.cpp CPU threads (default 1: a P/D pair on a small machine spins against itself with more)")
-    parser.add_argument("--uvicorn-log-level", "--log-level", dest="log_level", default="warning",
-                        choices=("critical", "error", "warning", "info", "debug"),
-                        help="uvicorn's log level (default warning; both spellings work, as on serve and drive)")
+    add_log_level_argument(parser, "warning")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -95,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     names = ", ".join(config.served_model_names or (backend.default_name,))
     print(f"render-service engine: {config.role} engine for {model} (served as {names}) on "
           f"http://{config.host}:{config.port}", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=config.host, port=config.port, log_level=args.log_level, timeout_graceful_shutdown=2)
+    uvicorn.run(app, host=config.host, port=config.port, log_level=args.uvicorn_log_level, timeout_graceful_shutdown=2)
     return 0
 
 

@@ -94,6 +94,14 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                    help="auto: the fast backend only where proven equal to HF for this tokenizer")
 
 
+def add_log_level_argument(p: argparse.ArgumentParser, default: str) -> None:
+    """``--uvicorn-log-level`` (alias ``--log-level``) → ``args.uvicorn_log_level``: one
+    spelling for serve, drive and engine; any case (vLLM spells the levels in capitals)."""
+    p.add_argument("--uvicorn-log-level", "--log-level", dest="uvicorn_log_level", default=default, type=str.lower,
+                   choices=("critical", "error", "warning", "info", "debug", "trace"),
+                   help="uvicorn's log level (--log-level works too)")
+
+
 def serve_config_from_args(args: argparse.Namespace, **overrides):
     """`ServeConfig` from the `add_model_arguments` flags; ``overrides`` set the other fields."""
     from .config import ServeConfig
@@ -144,9 +152,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="a request that cannot start on the CPU pool within this delay gets 503 + Retry-After "
                         "(keep it under the router's timeout: llm-d's token-producer waits 5 s)")
     p.add_argument("--max-logprobs", type=int, default=20, help="top logprobs allowed per token (-1: no limit)")
-    p.add_argument("--uvicorn-log-level", "--log-level", dest="uvicorn_log_level", default="info", type=str.lower,
-                   choices=("critical", "error", "warning", "info", "debug", "trace"),  # vLLM spells them in capitals
-                   help="uvicorn's log level (--log-level works too, as on engine)")
+    add_log_level_argument(p, "info")
     add_connection_arguments(p)
     from .multimodal import flags as media_flags
 

@@ -6,7 +6,8 @@ import argparse
 import logging
 import sys
 
-from ..cli import add_model_arguments, port_type, serve_config_from_args
+from ..cli import (add_connection_arguments, add_log_level_argument, add_model_arguments,
+                   connection_options, port_type, serve_config_from_args)
 from .config import DriverConfig, split_urls
 
 DESCRIPTION = (
@@ -31,9 +32,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds an upstream may stay silent before its hop fails with 504 (default 600)")
     p.add_argument("--connect-timeout", type=float, default=5.0, metavar="S",
                    help="seconds to connect to an upstream before trying the next one (default 5)")
-    p.add_argument("--uvicorn-log-level", "--log-level", dest="uvicorn_log_level", default="info",
-                   choices=("critical", "error", "warning", "info", "debug"),
-                   help="uvicorn's log level (default info; --log-level works too, as on engine)")
+    p.add_argument("--kv-reuse", action="store_true",
+                   help="bidirectional KV for chat conversations (conversation_id / X-Conversation-Id): decode keeps "
+                        "its answer's KV and the next turn's prefill pulls it, never past the first token where "
+                        "the new prompt leaves it (engines must support retain_kv, as the reference engine does)")
+    add_log_level_argument(p, "info")
+    add_connection_arguments(p)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,7 +52,7 @@ def config_from_args(args: argparse.Namespace) -> DriverConfig:
     """Raises ValueError for bad URLs or timeouts."""
     return DriverConfig(prefill=args.prefill, decode=args.decode, render=(args.render or "").rstrip("/") or None,
                         serve=serve_config_from_args(args), host=args.host, port=args.port, timeout=args.timeout,
-                        connect_timeout=args.connect_timeout)
+                        connect_timeout=args.connect_timeout, kv_reuse=args.kv_reuse)
 
 
 def build_driver(config: DriverConfig):
@@ -102,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..server import StartupError
     from .app import create_app
+    from .drain import CUT_MARGIN_S, DrainingServer
 
     try:
         config = config_from_args(args)
@@ -116,6 +121,13 @@ def run(args: argparse.Namespace) -> int:
         ",".join(config.prefill), ",".join(config.decode), where, config.host, config.port)
     for message in unreachable_upstreams(config):
         print(f"render-service drive: warning: {message}", file=sys.stderr, flush=True)
-    uvicorn.run(create_app(driver), host=config.host, port=config.port, log_level=args.uvicorn_log_level,
-                timeout_graceful_shutdown=2)
+    # On SIGTERM: requests in flight get --graceful-shutdown-timeout s, then the drain ends them
+    # (error event + [DONE], engine legs aborted) before uvicorn's own, later, cut.
+    app = create_app(driver)
+    options = connection_options(args)
+    grace = options.pop("timeout_graceful_shutdown")
+    server = DrainingServer(uvicorn.Config(app, host=config.host, port=config.port, log_level=args.uvicorn_log_level,
+                                           timeout_graceful_shutdown=grace + CUT_MARGIN_S, **options),
+                            app.state.drain, grace)
+    server.run()
     return 0

@@ -32,11 +32,12 @@ import pydantic
 from ..config import ServeConfig
 from ..derender.plan import chat_plan, completion_plan
 from ..derender.service import Derenderer, StreamSession
-from ..errors import OpenAIError, bad_request
+from ..errors import OpenAIError
 from ..render import render_chat, render_completion
 from ..wire.derender import ChatRequestFields, DerenderChatRequest, DerenderCompletionRequest
 from ..wire.generate import GenerateResponse
 from ..wire.openai import ChatCompletionRequest, CompletionRequest
+from ..wire.validate import validate
 from .upstream import HopError, post_json
 
 T = TypeVar("T")
@@ -67,17 +68,6 @@ def _derender_fields(req: ChatCompletionRequest | CompletionRequest) -> ChatRequ
     return ChatRequestFields.model_construct(**values)
 
 
-def _validate(model: type[T], body: dict) -> T:
-    """The client body validated once; pydantic errors become one 400 naming the field."""
-    try:
-        return model.model_validate(body)
-    except pydantic.ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        param = ".".join(str(p) for p in errors[0]["loc"]) or None
-        summary = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in errors[:5])
-        raise bad_request(f"{len(errors)} validation error(s): {summary}", param=param) from None
-
-
 class LocalHops:
     """Render and derender in this process with ``bundle`` (a `ModelBundle`) and ``config``;
     CPU-heavy work runs on a small thread pool so the event loop keeps serving."""
@@ -101,10 +91,10 @@ class LocalHops:
     async def render(self, kind: str, body: dict, request_id: str) -> tuple[list[dict], Any]:
         """Raises `OpenAIError` (400 bad request, 404 unknown model)."""
         if kind == "chat":
-            req = _validate(ChatCompletionRequest, body)
+            req = validate(ChatCompletionRequest, body)
             self.check_model(req.model)
             return [await self.run_cpu(render_chat, self.bundle, self.config, req, request_id)], req
-        creq = _validate(CompletionRequest, body)
+        creq = validate(CompletionRequest, body)
         self.check_model(creq.model)
         return await self.run_cpu(render_completion, self.bundle, self.config, creq, request_id), creq
 

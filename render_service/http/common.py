@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 import orjson
-import pydantic
 from starlette.requests import Request
 from starlette.responses import Response
 
 from ..config import ServeConfig
 from ..errors import OpenAIError, bad_request
+from ..wire.validate import validate  # noqa: F401  (routes import it from here)
 from .admission import Admission, Overloaded
 
 T = TypeVar("T")
@@ -103,15 +103,3 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         raise bad_request(f"Request body is not valid JSON: {exc}") from None
 
 
-def validate(model: type[pydantic.BaseModel], data: Any) -> Any:
-    """Validate ``data`` into ``model``; pydantic errors become one 400 naming the field."""
-    if not isinstance(data, dict):
-        raise bad_request("Request body must be a JSON object.")
-    try:
-        return model.model_validate(data)
-    except pydantic.ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        first = errors[0]
-        param = ".".join(str(p) for p in first["loc"]) or None
-        summary = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in errors[:5])
-        raise bad_request(f"{len(errors)} validation error(s): {summary}", param=param) from None
