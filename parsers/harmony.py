@@ -78,7 +78,7 @@ def read_header(header: str) -> tuple[str, str | None]:
 class HarmonyStage:
     """Turns Harmony output into reasoning, content and tool-call events."""
 
-    __slots__ = ("calls", "extract", "st", "buf", "header", "route", "sub", "emitted", "seen", "ws",
+    __slots__ = ("calls", "extract", "st", "buf", "header", "route", "sub", "seen", "ws",
                  "stray")
 
     def __init__(self, calls: Calls, extract_tools: bool) -> None:
@@ -89,19 +89,17 @@ class HarmonyStage:
         self.header = ""
         self.route = "c"       # body goes to: r reasoning, c content, t tool call
         self.sub: JsonValue | None = None
-        self.emitted = False   # some argument text was written for the open call
         self.seen = ""         # fields that already have a message ("r", "c")
         self.ws = ""           # blank stray text between messages (dropped unless text follows)
         self.stray = False     # non-blank stray text was written since the last marker
 
     def export(self) -> dict:
         return {"st": self.st.value, "buf": self.buf, "header": self.header, "route": self.route,
-                "sub": self.sub.export() if self.sub else None, "emitted": self.emitted,
-                "seen": self.seen, "ws": self.ws, "stray": self.stray}
+                "sub": self.sub.export() if self.sub else None, "seen": self.seen, "ws": self.ws, "stray": self.stray}
 
     def load(self, data: dict) -> None:
         self.st, self.buf, self.header = State(data["st"]), data["buf"], data["header"]
-        self.route, self.emitted, self.seen = data["route"], data["emitted"], data["seen"]
+        self.route, self.seen = data["route"], data["seen"]  # (an older "emitted" flag is moot)
         self.ws, self.stray = data["ws"], data["stray"]
         self.sub = JsonValue.load(data["sub"]) if data["sub"] else None
 
@@ -159,7 +157,7 @@ class HarmonyStage:
         if name is not None and self.extract and self.calls.valid(name):
             self.route = "t"
             self.calls.start(name)
-            self.sub, self.emitted = JsonValue(require="{"), False
+            self.sub = JsonValue(require="{")
             return
         self.route = "r" if channel == "analysis" and name is None else "c"
         if self.route in self.seen:
@@ -176,17 +174,13 @@ class HarmonyStage:
         pos = 0
         if not (sub.done or sub.error):
             pos, rel = sub.feed(s)
-            if rel:
-                self.emitted = True
-                self.calls.args(rel)
+            self.calls.args(rel)
         self._stray(s[pos:])  # text after the arguments object (or where it broke)
 
     def _end_message(self, cut: bool = False) -> None:
         if self.route == "t" and self.calls.open:
             sub = self.sub
             rel = sub.end_of_input()
-            if rel:
-                self.emitted = True
             if sub.done or (sub.empty and not cut):  # whole, or a message without arguments
                 self.calls.args(rel if sub.done else "{}")
                 self.calls.end()

@@ -82,18 +82,15 @@ class JsonArgs:
     """A bare arguments object whose call was already started by the caller (header formats)."""
 
     kind = "args"
-    __slots__ = ("sub", "status", "emitted")
+    __slots__ = ("sub", "status")
 
     def __init__(self, fmt=None) -> None:
         self.sub = JsonValue(require="{")
         self.status = MORE
-        self.emitted = False
 
     def feed(self, text: str, pos: int, final: bool, calls: Calls) -> int:
         pos, rel = self.sub.feed(text, pos)
-        if rel:
-            self.emitted = True
-            calls.args(rel)
+        calls.args(rel)
         if self.sub.done:
             calls.end()
             self.status = DONE
@@ -113,13 +110,13 @@ class JsonArgs:
         self.status = DONE
 
     def export(self) -> list:
-        return [self.sub.export(), self.status, self.emitted]
+        return [self.sub.export(), self.status.value]
 
     @classmethod
     def load(cls, data: list, fmt=None) -> "JsonArgs":
         obj = cls()
         obj.sub = JsonValue.load(data[0])
-        obj.status, obj.emitted = Status(data[1]), data[2]
+        obj.status = Status(data[1])  # (states from before may carry a third, moot, flag)
         return obj
 
 
