@@ -494,3 +494,83 @@ def test_vllm_api_key_environment_fallback(monkeypatch):
     monkeypatch.setenv("VLLM_API_KEY", "from-env")
     assert build_config(parser.parse_args(["serve"])).api_key == ("from-env",)
     assert build_config(parser.parse_args(["serve", "--api-key", "flag"])).api_key == ("flag",)
+
+
+# -- 8. shutdown: drive ends in-flight streams with an error event + [DONE], aborts engines --
+
+def test_drive_shutdown_ends_streams_with_an_error_event_and_aborts_the_engine(tmp_path):
+    import json
+    import threading
+
+    import uvicorn
+
+    from reference_engine.testing import EngineProcess
+    from render_service.config import ServeConfig
+    from render_service.driver.app import create_app as create_driver_app
+    from render_service.driver.config import DriverConfig
+    from render_service.driver.drain import CUT_MARGIN_S, DrainingServer
+    from render_service.driver.flow import Driver
+    from render_service.server import load_bundle
+
+    script = tmp_path / "slow.json"
+    script.write_text(json.dumps({"model": "scripted", "token_delay": 0.05, "responses": [{"token_ids": [28] * 2000}]}))
+    bundle = load_bundle(ServeConfig())
+    with EngineProcess("--scripted", str(script), role="both") as engine:
+        driver = Driver(DriverConfig(prefill=(engine.url,), decode=(engine.url,), serve=ServeConfig()), bundle)
+        app = create_driver_app(driver)
+        port = free_port()
+        server = DrainingServer(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                               timeout_graceful_shutdown=1 + CUT_MARGIN_S), app.state.drain, 1.0)
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        aborted = httpx.get(engine.url + "/stats", timeout=5).json()["counters"].get("requests_aborted", 0)
+        lines = []
+        with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/chat/completions", timeout=60,
+                          json={"messages": [{"role": "user", "content": "sing"}], "stream": True}) as r:
+            for line in r.iter_lines():
+                if line.startswith("data:"):
+                    lines.append(line)
+                    if len(lines) == 2:
+                        server.should_exit = True  # what SIGTERM does
+        thread.join(30)
+        assert lines[-1] == "data: [DONE]", lines[-3:]
+        assert json.loads(lines[-2].removeprefix("data: "))["error"]["code"] == 503
+        stats = lambda: httpx.get(engine.url + "/stats", timeout=5).json()["counters"].get("requests_aborted", 0)
+        deadline = time.monotonic() + 10
+        while stats() == aborted and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert stats() > aborted, "decode kept generating for a stream the driver had ended"
+
+
+def test_serve_exits_on_sigterm_despite_an_idle_pipe():
+    """An idle pipe (or a runaway request) kept `serve` up forever after SIGTERM."""
+    import signal
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "render_service.cli", "serve", "--port", str(port),
+                             "--graceful-shutdown-timeout", "1", "--uvicorn-log-level", "warning"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.2)
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"POST /v1/chat/completions/derender/pipe HTTP/1.1\r\nHost: x\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n")
+            header = orjson_line({"prompt_token_ids": [1], "chat_request": {"messages": []}})
+            sock.sendall(b"%x\r\n%s\r\n" % (len(header), header))  # then nothing more: an idle pipe
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) is not None
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -33,6 +33,7 @@ from starlette.routing import Route
 from ..errors import OpenAIError, bad_request
 from ..http.common import JSONResponse, error_response, read_json
 from ..wire.frontdoors import error_body
+from .drain import Drain, answer_cut, shutting_down
 from .flow import Driver
 from .frontdoors import FrontDoorFlow
 from .legs import RequestScope
@@ -49,8 +50,8 @@ class DriveEndpoint:
     """``POST`` handler for one kind (``"chat"``, ``"completion"``, ``"responses"``,
     ``"messages"``) of request."""
 
-    def __init__(self, driver: Driver, kind: str) -> None:
-        self.driver, self.kind = driver, kind
+    def __init__(self, driver: Driver, kind: str, drain: Drain) -> None:
+        self.driver, self.kind, self.drain = driver, kind, drain
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         request = Request(scope, receive)
@@ -66,6 +67,7 @@ class DriveEndpoint:
         rscope = RequestScope()
         work = asyncio.create_task(self.driver.handle(self.kind, body, request.headers, out, rscope))
         gone = asyncio.create_task(_until_disconnect(receive))
+        self.drain.track(work, rscope)
         try:
             await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
             if not work.done():  # the client went away first
@@ -73,13 +75,17 @@ class DriveEndpoint:
                 work.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await work
+            elif shutting_down(work, rscope):  # the drain ended it: say so, then abort its legs
+                await answer_cut(out, self.kind)
         finally:
+            self.drain.untrack(work)
             gone.cancel()
             await self.driver.flush_aborts(rscope)
 
 
 def create_app(driver: Driver) -> Starlette:
-    """The driver app; ``app.state.driver`` is the `Driver`."""
+    """The driver app; ``app.state.driver`` is the `Driver`, ``app.state.drain`` its `Drain`."""
+    drain = Drain()
 
     async def health(request: Request) -> Response:
         status, body = await driver.health()
@@ -99,10 +105,10 @@ def create_app(driver: Driver) -> Starlette:
         return Response(driver.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     routes = [
-        Route("/v1/chat/completions", DriveEndpoint(driver, "chat"), methods=["POST"]),
-        Route("/v1/completions", DriveEndpoint(driver, "completion"), methods=["POST"]),
-        Route("/v1/responses", DriveEndpoint(driver, "responses"), methods=["POST"]),
-        Route("/v1/messages", DriveEndpoint(driver, "messages"), methods=["POST"]),
+        Route("/v1/chat/completions", DriveEndpoint(driver, "chat", drain), methods=["POST"]),
+        Route("/v1/completions", DriveEndpoint(driver, "completion", drain), methods=["POST"]),
+        Route("/v1/responses", DriveEndpoint(driver, "responses", drain), methods=["POST"]),
+        Route("/v1/messages", DriveEndpoint(driver, "messages", drain), methods=["POST"]),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
@@ -134,4 +140,5 @@ def create_app(driver: Driver) -> Starlette:
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={OpenAIError: lambda req, exc: error_response(exc)})
     app.state.driver = driver
+    app.state.drain = drain
     return app

@@ -6,8 +6,8 @@ import argparse
 import logging
 import sys
 
-from ..cli import (add_connection_arguments, add_log_level_argument, add_model_arguments,
-                   connection_options, port_type, serve_config_from_args)
+from ..cli import (add_connection_arguments, add_model_arguments, connection_options,
+                   port_type, serve_config_from_args)
 from .config import DriverConfig, split_urls
 
 DESCRIPTION = (
@@ -32,11 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds an upstream may stay silent before its hop fails with 504 (default 600)")
     p.add_argument("--connect-timeout", type=float, default=5.0, metavar="S",
                    help="seconds to connect to an upstream before trying the next one (default 5)")
-    p.add_argument("--kv-reuse", action="store_true",
-                   help="bidirectional KV for chat conversations (conversation_id / X-Conversation-Id): decode keeps "
-                        "its answer's KV and the next turn's prefill pulls it, never past the first token where "
-                        "the new prompt leaves it (engines must support retain_kv, as the reference engine does)")
-    add_log_level_argument(p, "info")
+    p.add_argument("--uvicorn-log-level", "--log-level", dest="uvicorn_log_level", default="info",
+                   choices=("critical", "error", "warning", "info", "debug"),
+                   help="uvicorn's log level (default info; --log-level works too, as on engine)")
     add_connection_arguments(p)
 
 
@@ -52,7 +50,7 @@ def config_from_args(args: argparse.Namespace) -> DriverConfig:
     """Raises ValueError for bad URLs or timeouts."""
     return DriverConfig(prefill=args.prefill, decode=args.decode, render=(args.render or "").rstrip("/") or None,
                         serve=serve_config_from_args(args), host=args.host, port=args.port, timeout=args.timeout,
-                        connect_timeout=args.connect_timeout, kv_reuse=args.kv_reuse)
+                        connect_timeout=args.connect_timeout)
 
 
 def build_driver(config: DriverConfig):

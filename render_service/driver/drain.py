@@ -1,0 +1,84 @@
+"""Graceful shutdown of ``drive`` (issue 14 §8).
+
+On SIGTERM uvicorn stops accepting and waits for the requests in flight. A stream of a
+long generation can outlast any grace period, and uvicorn then cancels it mid-body: the
+client sees a cut stream with neither an error event nor ``[DONE]``, and the engines keep
+generating for nobody. `DrainingServer` starts a `Drain` when uvicorn begins its shutdown:
+requests still running at ``--graceful-shutdown-timeout`` are ended by the driver itself —
+their engine legs aborted, a stream closed with an error event and ``[DONE]``, a request
+that had not answered yet given 503 + ``Retry-After`` — a few seconds before uvicorn's own
+cut (`CUT_MARGIN_S`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import uvicorn
+
+from ..errors import OpenAIError
+from ..wire import sse
+from ..wire.frontdoors import error_body, stream_error_event
+from .legs import RequestScope
+from .responder import Responder
+
+log = logging.getLogger(__name__)
+
+CUT_MARGIN_S = 5
+"""uvicorn's own grace period is this much longer than the drain's."""
+
+
+class Drain:
+    """The requests in flight, and ending them when the grace period is over."""
+
+    def __init__(self) -> None:
+        self._inflight: dict[asyncio.Task, RequestScope] = {}
+        self.draining = False
+
+    def track(self, work: asyncio.Task, scope: RequestScope) -> None:
+        self._inflight[work] = scope
+
+    def untrack(self, work: asyncio.Task) -> None:
+        self._inflight.pop(work, None)
+
+    def begin(self, grace_s: float) -> None:
+        """Shutdown started: end what still runs after ``grace_s`` seconds."""
+        self.draining = True
+        log.info("draining %d request(s) for up to %g s", len(self._inflight), grace_s)
+        asyncio.get_running_loop().call_later(grace_s, self.end_all)
+
+    def end_all(self) -> None:
+        """Cancel every request still running; its endpoint answers and aborts its legs."""
+        for work, scope in list(self._inflight.items()):
+            scope.abort_reason = "shutdown"
+            work.cancel()
+
+
+def shutting_down(work: asyncio.Task, scope: RequestScope) -> bool:
+    """True when ``work`` was ended by `Drain.end_all`."""
+    return work.cancelled() and scope.abort_reason == "shutdown"
+
+
+async def answer_cut(out: Responder, kind: str) -> None:
+    """Close a request ended by the drain: an error event and the stream's end, or a 503."""
+    err = OpenAIError(503, "The server is shutting down; retry the request.", type="ServiceUnavailableError")
+    if not out.started:
+        await out.json(503, error_body(kind, err), {"retry-after": "1"})
+    elif kind in ("chat", "completion"):
+        await out.event(err.body())
+        await out.end_events("shutdown")
+    else:  # Responses / Messages streams name their events and have no [DONE]
+        await out.end(sse.named_event("error", stream_error_event(kind, err)))
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server that starts ``drain`` as its shutdown begins."""
+
+    def __init__(self, config: uvicorn.Config, drain: Drain, grace_s: float) -> None:
+        super().__init__(config)
+        self.drain, self.grace_s = drain, grace_s
+
+    async def shutdown(self, sockets=None) -> None:
+        self.drain.begin(self.grace_s)
+        await super().shutdown(sockets)
