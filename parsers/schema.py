@@ -4,7 +4,10 @@ XML-style formats (qwen3_coder, glm45, minimax_m2, seed_oss) write every argumen
 text; the tool's JSON schema decides whether ``5`` is the integer 5 or the string
 ``"5"``. Coercion order follows vLLM's engine parsers (§5.1 of the wire-protocol brief):
 null > integer > number > boolean > object > array > string, restricted to the types the
-schema allows; text that fits none of them stays a string, so nothing is lost.
+schema allows; text that fits none of them stays a string, so nothing is lost. Where an
+``enum``/``const`` lists values, the one the text spells wins (``"7"`` vs ``7``). The schema
+is read whole: local ``$ref`` (resolved with the ``referencing`` library), ``allOf``,
+``anyOf``/``oneOf`` at the root and per parameter (issue 15).
 """
 
 from __future__ import annotations
@@ -41,11 +44,6 @@ def param_types(tools: list[dict] | None, name: str) -> dict[str, list[str]]:
     """``{parameter: [json types]}`` for tool ``name``; ``[]`` where the schema does not
     restrict the type. See :func:`param_schemas` for what is understood."""
     return {k: v.types for k, v in param_schemas(tools, name).items()}
-
-
-def param_values(tools: list[dict] | None, name: str) -> dict[str, list]:
-    """``{parameter: [allowed values]}`` for the parameters an ``enum``/``const`` limits."""
-    return {k: v.values for k, v in param_schemas(tools, name).items() if v.values is not None}
 
 
 @dataclass(frozen=True)
@@ -267,4 +265,4 @@ def _try(t: str, text: str):
     return v if isinstance(v, dict if t == "object" else list) else _NO
 
 
-__all__ = ["tool_names", "param_types", "param_values", "param_schemas", "ParamSchema", "is_string_only", "coerce"]
+__all__ = ["tool_names", "param_types", "param_schemas", "ParamSchema", "is_string_only", "coerce"]
