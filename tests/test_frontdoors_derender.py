@@ -272,3 +272,38 @@ def test_http_bad_input_in_each_api_shape(qwen, url):
                    + b"data: " + orjson.dumps({"request_id": rrid, "choices": [{"index": 0, "token_ids": rids[:3]}]}) + b"\n\n")
     last = [b for b in r.text.split("\n\n") if b.strip()][-1]
     assert last.startswith("event: error") and json.loads(last.split("data: ", 1)[1])["type"] == "error"
+
+
+MALFORMED = [
+    [], "x", 5, None, {"input": [5]}, {"input": [{"role": "user", "content": [7]}]},
+    {"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}}]},
+    {"input": [{"type": "reasoning", "summary": "x"}]}, {"input": "hi", "tools": [5]},
+    {"input": "hi", "tool_choice": {"type": "function"}}, {"input": "hi", "text": {"format": 3}},
+    {"input": "hi", "reasoning": {"effort": "huge"}}, {"input": "hi", "top_logprobs": 99},
+    {"input": "hi", "max_output_tokens": 10**30}, {"input": "hi", "top_k": -7}, {"input": "hi", "stop": [""]},
+    {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_use", "input": 3}]}]},
+    {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": 3}]}]},
+    {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "ftp"}}]}]},
+    {"model": "m", "max_tokens": 5, "system": [{"type": "nope"}], "messages": [{"role": "user", "content": "x"}]},
+    {"model": "m", "max_tokens": 5, "tool_choice": {"type": "tool"}, "tools": [{"name": "f", "input_schema": {}}],
+     "messages": [{"role": "user", "content": "x"}]},
+    {"model": "m", "max_tokens": -1, "messages": [{"role": "user", "content": "x"}]},
+    {"model": "m", "max_tokens": 5, "temperature": 9, "messages": [{"role": "user", "content": "x"}]},
+    {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_result", "content": 5}]}]},
+    {"input": [{"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text"}]}]},
+]
+
+
+@pytest.mark.parametrize("path", ["/v1/responses/render", "/v1/messages/render", "/v1/messages/count_tokens",
+                                  "/v1/responses/derender", "/v1/messages/derender"])
+def test_malformed_bodies_are_4xx_never_5xx(url, path):
+    model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
+    for body in MALFORMED:
+        if isinstance(body, dict) and body.get("model") == "m":
+            body = {**body, "model": model}
+        if path.endswith("derender"):
+            kind = "responses" if "responses" in path else "messages"
+            body = {"generate_response": {"choices": [{"index": 0, "token_ids": [1]}]}, f"{kind}_request": body}
+        r = httpx.post(url + path, content=json.dumps(body), headers={"content-type": "application/json"}, timeout=30)
+        assert 400 <= r.status_code < 500 or r.status_code == 200, (path, body, r.status_code, r.text[:300])
+        assert r.status_code != 200 or path.endswith("derender"), (path, body, r.text[:300])

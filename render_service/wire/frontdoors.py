@@ -37,8 +37,14 @@ def _check_item(i: int, item: Any) -> None:
         missing = [k for k in _ITEM_REQUIRED[kind] if item.get(k) is None]
         if missing:
             raise ValueError(f"input[{i}] ({kind}) needs {', '.join(missing)}")
-        if kind == "function_call" and not isinstance(item["arguments"], str):
-            raise ValueError(f"input[{i}].arguments must be a JSON string")
+        if kind == "function_call" and not all(isinstance(item[k], str) for k in ("call_id", "name", "arguments")):
+            raise ValueError(f"input[{i}]: call_id, name and arguments (a JSON string) must be strings")
+        if kind == "reasoning":
+            for key in ("summary", "content"):
+                parts = item.get(key) or []
+                if not isinstance(parts, list) or not all(isinstance(p, dict) and isinstance(p.get("text"), str)
+                                                          for p in parts):
+                    raise ValueError(f"input[{i}].{key} must be a list of {{type, text}} parts")
         return
     if kind not in (None, "message"):
         raise ValueError(f"input[{i}] has unsupported type {kind!r}")
