@@ -73,6 +73,9 @@ class World:
     local: str
     remote: str
     model: str
+    bundle: Any
+    cfg: Any
+    prefill: str
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +114,7 @@ def world(tmp_path_factory) -> Iterator[World]:
         base = DriverConfig(prefill=(p1.url,), decode=(d1.url,), serve=cfg)
         local, remote = Driver(base, bundle), Driver(dataclasses.replace(base, render=render_url))
         with serve_app(create_app(local)) as local_url, serve_app(create_app(remote)) as remote_url:
-            yield World(local_url, remote_url, model)
+            yield World(local_url, remote_url, model, bundle, cfg, p1.url)
 
 
 def oai(url: str) -> "openai.OpenAI":
@@ -286,3 +289,17 @@ def test_messages_count_tokens(world, where):
     assert got.input_tokens == msg.usage.input_tokens > 100
     r = httpx.post(getattr(world, where) + "/v1/messages/count_tokens", json={"model": world.model})
     assert r.status_code == 400 and r.json()["type"] == "error"
+
+
+def test_unreachable_decode_is_an_error_in_each_api_shape(world):
+    """A hop that fails before the first token is a plain HTTP error in the API's shape."""
+    from conftest import free_port
+
+    config = DriverConfig(prefill=(world.prefill,), decode=(f"http://127.0.0.1:{free_port()}",), serve=world.cfg)
+    with serve_app(create_app(Driver(config, world.bundle))) as url:
+        for stream in (False, True):
+            r = httpx.post(url + "/v1/messages", timeout=30, json={
+                "model": world.model, "max_tokens": 64, "stream": stream, "messages": [{"role": "user", "content": THINK_Q}]})
+            assert r.status_code == 503 and r.json()["type"] == "error" and r.json()["error"]["type"] == "overloaded_error"
+            r = httpx.post(url + "/v1/responses", timeout=30, json={"input": WEATHER, "stream": stream})
+            assert r.status_code == 503 and r.json()["error"]["code"] == 503
