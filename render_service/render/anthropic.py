@@ -39,7 +39,7 @@ import jinja2.sandbox
 
 from ..config import ServeConfig
 from ..errors import OpenAIError
-from ..http.common import validate
+from ..wire.validate import validate
 from ..model import ModelBundle
 from ..wire.frontdoors import AnthropicMessagesRequest
 from ..wire.openai import ChatCompletionRequest

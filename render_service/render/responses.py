@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import OpenAIError, bad_request
-from ..http.common import validate
+from ..wire.validate import validate
 from ..model import ModelBundle
 from ..config import ServeConfig
 from ..wire.frontdoors import ResponsesRequest
