@@ -94,6 +94,9 @@ def _multimodal_renderer(bundle, config: ServeConfig, executor):
     processor = load_processor(config.model)
     if processor is None:
         return None
+    from ..multimodal.memory import keep_large_buffers
+
+    keep_large_buffers()
     ids = {m: bundle.tokenizer.token_to_id(tok) for m, tok in processor.placeholder_tokens.items()}
     ids = {m: i for m, i in ids.items() if i is not None}
     log.info("multimodal: %s for %s", type(processor).__name__, ", ".join(sorted(ids)))
