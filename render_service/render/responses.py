@@ -66,11 +66,11 @@ def render_responses(bundle: ModelBundle, config: ServeConfig, req: ResponsesReq
     gen["request_id"] = req.request_id or f"resp_{new_request_id()}"
     gen["parse_context"] = None
     gen["reasoning_ended"] = None
-    extra = {k: v for k, v in (req.vllm_xargs or {}).items()}
-    params = {k: v for k, v in gen["sampling_params"].items() if k != "extra_args"}
-    at = list(params).index("bad_words") if "bad_words" in params else len(params)
-    items = list(params.items())
-    gen["sampling_params"] = dict(items[:at] + [("extra_args", extra)] + items[at:])
+    # vLLM's field order: extra_args comes just before bad_words.
+    params = [(k, v) for k, v in gen["sampling_params"].items() if k != "extra_args"]
+    at = next((i for i, (k, _) in enumerate(params) if k == "bad_words"), len(params))
+    params.insert(at, ("extra_args", dict(req.vllm_xargs or {})))
+    gen["sampling_params"] = dict(params)
     return gen
 
 
