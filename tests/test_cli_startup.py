@@ -98,3 +98,11 @@ def test_drive_warns_about_unreachable_engines():
         config = DriverConfig(prefill=(up,), decode=(up, down), render=None)
         messages = unreachable_upstreams(config, timeout=2.0)
     assert len(messages) == 1 and "decode engine" in messages[0] and down in messages[0]
+
+
+def test_serve_loads_neither_bench_nor_engine():
+    code = ("import sys\nfrom render_service.cli import main\n"
+            "try:\n    main(['serve', '--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'bench', 'reference_engine'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60).stdout
+    assert out.strip().splitlines()[-1] == "[]"
