@@ -18,7 +18,7 @@ Bidirectional reuse (issue 16), the same blobs the other way round:
 4. A decode leg whose ``kv_transfer_params`` has ``retain_kv: true`` keeps, after its
    answer, the KV of ``prompt + output[:-1]`` under a lease on the decode engine and says
    where in its last chunk's ``kv_transfer_params`` (`retained_params`).
-5. The next turn's prefill leg carries those ``remote_*`` fields (and ``remote_num_tokens``:
+5. The next turn's prefill leg (or a plain request) carries those ``remote_*`` fields (and ``remote_num_tokens``:
    how many tokens the proxy allows it to take, never past the first token where the new
    prompt leaves the held sequence). Prefill pulls the blob (`wants_pull`), keeps the
    positions it shares with its prompt (`blob_to_reusable_prefix`: the engine checks the
@@ -174,8 +174,11 @@ def wants_import(params: dict | None) -> bool:
 
 
 def wants_pull(params: dict | None) -> bool:
-    """True for a prefill leg that names a decode engine's retained KV to start from."""
-    return wants_export(params) and params.get("remote_host") is not None and bool(params.get("remote_block_ids"))
+    """True for a request that names an engine's retained KV to start from: a prefill leg
+    (or a plain request, e.g. one engine carrying a conversation in its own cache) with
+    ``remote_host`` and ``remote_block_ids`` set; never a decode leg (``do_remote_prefill``)."""
+    return (bool(params) and not params.get("do_remote_prefill") and params.get("remote_host") is not None
+            and bool(params.get("remote_block_ids")))
 
 
 def wants_retain(params: dict | None) -> bool:

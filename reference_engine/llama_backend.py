@@ -141,13 +141,13 @@ class LlamaBackend:
             done = len(kv.token_ids)
         if done >= len(prompt):
             raise KVStateError(f"KV for {done} tokens leaves nothing of the {len(prompt)}-token prompt to evaluate")
-        export = None
-        if export_kv:
-            llm.eval(prompt[done:-1])
-            export = self._save()
-            llm.eval(prompt[-1:])
-        else:
-            llm.eval(prompt[done:])
+        # The last prompt token is always evaluated on its own, as a decode engine does after a
+        # handoff: llama.cpp on CPU is not batch-invariant (a token's logits differ in the last
+        # bits evaluated alone or inside a batch, enough to flip a near-tie greedy pick), so
+        # this way one engine and a prefill -> decode pair compute the same numbers.
+        llm.eval(prompt[done:-1])
+        export = self._save() if export_kv else None
+        llm.eval(prompt[-1:])
         stop = set(sampling.stop_token_ids) | (set() if sampling.ignore_eos else set(self.eos_token_ids))
         early = self._sampler(sampling, stop) if sampling.min_tokens > 0 and stop else None
         return LlamaSession(self, early, self._sampler(sampling, set()), sampling.min_tokens, export)
