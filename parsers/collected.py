@@ -78,10 +78,11 @@ class Collected:
         raise NotImplementedError
 
 
-def close_started(calls: Calls, args: str) -> bool:
-    """Arguments of a call the framing machine already started (header formats)."""
+def close_started(calls: Calls, args: str, complete: bool = True) -> bool:
+    """Arguments of a call the framing machine already started (header formats);
+    ``complete=False``: the output ended inside the call (see :class:`parsers.events.ToolCallEnd`)."""
     calls.args(args)
-    calls.end()
+    calls.end(complete)
     return True
 
 

@@ -11,6 +11,8 @@ arrays ``[…]`` nest; any other value is a bare literal, typed by the tool's sc
 top-level parameter (:func:`parsers.schema.coerce`) and otherwise kept as the string the
 model wrote, as vLLM 0.33 does (``tags:[2]`` → ``["2"]``). The framing row's header (``call:NAME``, ending at ``{``)
 started the call; this body reads up to the matching ``}`` and writes the arguments once.
+Cut off by the end of output, the call is not complete (issue 15): cut inside a string,
+its arguments end with that string's text so far; elsewhere they hold the whole values.
 """
 
 from __future__ import annotations
@@ -68,7 +70,14 @@ class GemmaCall(Collected):
             body = body[:-1]  # the closing brace
         types = calls.types(calls.name)
         value, _ = _object(body, 0, self.fmt.quote, types, top=True)
-        return close_started(calls, json.dumps(value, ensure_ascii=False))
+        args = json.dumps(value, ensure_ascii=False)
+        if not complete and value and body.rstrip(_WS) and not body.rstrip(_WS).endswith(","):
+            if self.inq and self.depth == 0 and isinstance(value[next(reversed(value))], str):
+                args = args[:-2]  # cut inside a string: its text so far, no quote or brace invented
+            else:  # cut inside a bare value or a nested one: only the whole values are kept
+                value.popitem()
+                args = json.dumps(value, ensure_ascii=False)
+        return close_started(calls, args, complete)
 
 
 def _skip(text: str, i: int) -> int:

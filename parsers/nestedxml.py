@@ -11,8 +11,8 @@ Each parameter is an element named after the argument; an element holding elemen
 object, or an array where the tool's schema says so (the template writes list items as
 ``<item>``); text is typed by the schema (:func:`parsers.schema.coerce`), a string where
 it says nothing. The framing row's header (``<invoke name="…">``) started the call; this
-body collects up to ``</invoke>`` and writes the arguments once. A parameter cut off by the
-end of output is left out.
+body collects up to ``</invoke>`` and writes the arguments once. A call cut off by the end
+of output is not complete; its arguments hold the parameters that were whole.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class NestedXmlCall(Collected):
         args = {}
         for name, value in _elements(body, 0, 0)[0]:
             args[name] = _convert(value, schema.get(name) or {})
-        return close_started(calls, json.dumps(args, ensure_ascii=False))
+        return close_started(calls, json.dumps(args, ensure_ascii=False), complete)
 
 
 def _elements(text: str, pos: int, depth: int, close: str | None = None):

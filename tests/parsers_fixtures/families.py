@@ -48,6 +48,38 @@ RT_PYTHONIC = {"version": 1, "start_anchor": ["<|assistant|>"],
                           "content": {"content_args": {"strip": False}}}}
 
 
+def family_markers(spec) -> list[str]:
+    """The marker strings of ``spec``'s rows that are special tokens in the family's real
+    vocabulary (``<…>`` / ``]<]…[`` spellings without spaces or ``=``), for a tokenizer that
+    holds them."""
+    from dataclasses import fields, is_dataclass
+
+    from parsers import registry
+
+    rows = [registry.tool_format(spec.tool)] if spec.tool else []
+    rows += [registry.reasoning_format(spec.reasoning)] if spec.reasoning else []
+    found: set[str] = set()
+
+    def walk(value) -> None:
+        if is_dataclass(value):
+            for f in fields(value):
+                walk(getattr(value, f.name))
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                walk(item)
+        elif isinstance(value, str) and _special(value):
+            found.add(value)
+
+    for row in rows:
+        if not isinstance(row, str):
+            walk(row)
+    return sorted(found)
+
+
+def _special(m: str) -> bool:
+    return len(m) > 3 and m[0] in "<]" and m[-1] in ">[" and not any(c in m for c in " =\n")
+
+
 def family_samples(spec) -> tuple[list, dict]:
     """``(samples, expected)``; ``spec`` is :func:`parsers_fixtures.samples.spec` (passed in,
     so this module and samples.py do not import each other)."""
@@ -228,7 +260,7 @@ FAMILY_EXPECTED = {
     'olmo3-prose': (None, '<function_calls>not a call at all</function_calls> ok', []),
     'gemma4': ('Need weather.', 'Sure.', [('get_weather', '{"city": "Paris, {FR}", "days": 3, "metric": true}')]),
     'gemma4-nested': (None, None, [('search', '{"query": "a:b", "filters": {"tags": ["x", "2"], "deep": {"k": "null"}}, "limit": 2.5}'), ('noop', '{}')]),
-    'gemma4-cut': (None, None, [('get_weather', '{"city": "Par"}')]),
+    'gemma4-cut': (None, None, [('get_weather', '{"city": "Par')]),
     'functiongemma': (None, None, [('get_weather', '{"city": "Paris", "days": 2}')]),
     'minimax-m3': ('Plan', None, [('search', '{"query": "hi</q>", "filters": {"tags": {"item": "a"}}, "limit": 5}')]),
     'minimax-m3-cut': (None, None, [('noop', '{}')]),
