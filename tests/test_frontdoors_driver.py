@@ -10,7 +10,6 @@ must equal the non-streaming answers (ids, which are per request, aside).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 from typing import Any, Iterator

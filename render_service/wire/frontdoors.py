@@ -148,7 +148,7 @@ class ResponsesRequest(_Lenient):
         if isinstance(self.tool_choice, dict) and self.tool_choice.get("type") == "function":
             names = {t.get("name") for t in self.tools if t.get("type") == "function"}
             if self.tool_choice.get("name") not in names:
-                raise ValueError(f"Tool choice 'function' not found in 'tools' parameter.")
+                raise ValueError("Tool choice 'function' not found in 'tools' parameter.")
         return self
 
 
