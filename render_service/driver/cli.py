@@ -30,6 +30,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=port_type, default=8192)
     p.add_argument("--timeout", type=float, default=600.0, metavar="S",
                    help="seconds an upstream may stay silent before its hop fails with 504 (default 600)")
+    p.add_argument("--kv-reuse", action="store_true",
+                   help="bidirectional KV for chat conversations (conversation_id / X-Conversation-Id): decode keeps "
+                        "its answer's KV and the next turn's prefill pulls it, never past the first token where "
+                        "the new prompt leaves it (engines must support retain_kv, as the reference engine does)")
     p.add_argument("--connect-timeout", type=float, default=5.0, metavar="S",
                    help="seconds to connect to an upstream before trying the next one (default 5)")
     p.add_argument("--uvicorn-log-level", "--log-level", dest="uvicorn_log_level", default="info",
@@ -50,7 +54,7 @@ def config_from_args(args: argparse.Namespace) -> DriverConfig:
     """Raises ValueError for bad URLs or timeouts."""
     return DriverConfig(prefill=args.prefill, decode=args.decode, render=(args.render or "").rstrip("/") or None,
                         serve=serve_config_from_args(args), host=args.host, port=args.port, timeout=args.timeout,
-                        connect_timeout=args.connect_timeout)
+                        connect_timeout=args.connect_timeout, kv_reuse=args.kv_reuse)
 
 
 def build_driver(config: DriverConfig):

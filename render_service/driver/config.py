@@ -29,6 +29,7 @@ class DriverConfig:
     connect_timeout: float = 5.0
     abort_timeout: float = 2.0
     max_connections: int = 1024
+    kv_reuse: bool = False          # bidirectional KV per conversation (driver.conversations.KVReuse)
 
     def __post_init__(self) -> None:
         if not self.prefill or not self.decode:

@@ -24,9 +24,14 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Collection
+from typing import TYPE_CHECKING, Callable, Collection
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from ..continuity import HeldSequence
+
+if TYPE_CHECKING:
+    from .legs import Leg
 
 FALLBACKS = ("no_history", "no_lease", "lease_expired", "instance_gone", "continuity_broken")
 
@@ -125,3 +130,80 @@ class ConversationTable:
     def __len__(self) -> int:
         with self._lock:
             return len(self._items)
+
+
+class KVReuse:
+    """The driver's side of bidirectional KV reuse (``drive --kv-reuse``), for chat requests
+    with a conversation key. Per request:
+
+    1. `render_body`: the body render gets carries ``previous_turn`` (the conversation's last
+       prompt + output), so render reports the ``continuity`` figure;
+    2. `prepare`: takes that figure off the rendered request (engines do not take it),
+       decides with `plan_reuse`, sets the leg's pull (prefill) and ``retain_kv`` (decode),
+       and has the leg report its outcome in response headers:
+       ``x-kv-reuse`` (``pulled`` or the fallback reason), ``x-continuity``
+       (``common=…; held=…; reason=…``), ``x-prefill-pulled-tokens`` and
+       ``x-prefill-computed-tokens`` (from prefill's own metrics);
+    3. `finish`: records the turn — prompt, output, decode instance, lease — for the next.
+
+    Metrics (driver registry): ``render_service_driver_kv_reuse_total{outcome}``,
+    ``render_service_driver_kv_pulled_tokens_total``,
+    ``render_service_driver_continuity_common_prefix_ratio{reason}``.
+    """
+
+    def __init__(self, decode_urls: Collection[str], registry: CollectorRegistry, max_conversations: int = 1024,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.decode_urls = tuple(decode_urls)
+        self.table = ConversationTable(max_conversations, clock)
+        self.outcomes = Counter("render_service_driver_kv_reuse",
+                                "Prefill legs of known conversations: 'pulled', or why prefill computed everything",
+                                ["outcome"], registry=registry)
+        self.pulled_tokens = Counter("render_service_driver_kv_pulled_tokens",
+                                     "Prompt tokens prefill took from decode's retained KV", registry=registry)
+        self.continuity = Histogram(
+            "render_service_driver_continuity_common_prefix_ratio",
+            "Common prefix of a turn's prompt with the previous turn's prompt + output, over the latter's length",
+            ["reason"], buckets=(0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999, 1.0), registry=registry)
+
+    def render_body(self, key: str, body: dict) -> dict:
+        """``body`` with the conversation's ``previous_turn`` (a client's own is kept)."""
+        turn = self.table.get(key)
+        if turn is None or body.get("previous_turn") is not None:
+            return body
+        held = turn.held
+        return {**body, "previous_turn": {"prompt_token_ids": list(held.prompt_token_ids),
+                                          "output_token_ids": list(held.output_token_ids)}}
+
+    def prepare(self, key: str, leg: "Leg", headers: dict) -> ReusePlan:
+        """Plan the leg's prefill; see the class docstring."""
+        figure = leg.gen.pop("continuity", None)
+        turn = self.table.get(key)
+        common = None
+        if isinstance(figure, dict) and turn is not None:
+            common = figure.get("common_prefix_tokens")
+            held = figure.get("held_tokens") or 0
+            self.continuity.labels(figure.get("reason") or "extends").observe(common / held if held else 1.0)
+            headers["x-continuity"] = f"common={common}; held={held}; reason={figure.get('reason') or 'none'}"
+        plan = plan_reuse(turn, common, len(leg.prompt), self.decode_urls, self.table.clock())
+        self.outcomes.labels(plan.fallback or "pulled").inc()
+        headers["x-kv-reuse"] = plan.fallback or "pulled"
+        leg.pull, leg.retain, leg.report = plan.pull, True, headers
+        return plan
+
+    def observe_prefill(self, leg: "Leg", metrics: dict | None) -> None:
+        """Prefill's own figures → the response headers and the pulled-token counter."""
+        if not isinstance(metrics, dict):
+            return
+        pulled = int(metrics.get("kv_remote_tokens") or 0)
+        self.pulled_tokens.inc(pulled)
+        if leg.report is not None:
+            leg.report["x-prefill-pulled-tokens"] = str(pulled)
+            leg.report["x-prefill-computed-tokens"] = str(metrics.get("kv_computed_prompt_tokens"))
+
+    def finish(self, key: str, leg: "Leg") -> None:
+        """Record the turn the leg just completed (nothing when decode produced no output)."""
+        if not leg.output or leg.decode_url is None:
+            return
+        lease = leg.kept if isinstance(leg.kept, dict) else None
+        self.table.put(key, HeldTurn(HeldSequence(list(leg.prompt), list(leg.output)), leg.decode_url, lease,
+                                     self.table.lease_expiry(lease)))

@@ -47,6 +47,7 @@ from ..errors import OpenAIError, bad_request
 from ..render import new_request_id
 from .config import DriverConfig
 from .frontdoors import KINDS as FRONT_DOORS, FrontDoorFlow
+from .conversations import KVReuse
 from .hops import LocalHops, RemoteHops
 from .legs import Attempts, Collected, Leg, RequestScope
 from .responder import Responder, client_chunk
@@ -87,6 +88,7 @@ class Driver:
         self.metrics = DriverMetrics()
         self.pools = {"prefill": Pool("prefill", config.prefill), "decode": Pool("decode", config.decode)}
         self.observer = observer
+        self.kv_reuse = KVReuse(config.decode, self.metrics.registry) if config.kv_reuse else None
         self._client: httpx.AsyncClient | None = None
         if config.render:
             self.hops: LocalHops | RemoteHops = RemoteHops(config.render, self.client)
@@ -175,19 +177,27 @@ class Driver:
         self.metrics.in_flight.inc()
         base_id = headers.get("x-request-id") or body.get("request_id") or new_request_id()
         reply_headers = {"x-request-id": str(base_id)}
+        key = conversation_key(body, headers)
+        reuse = self.kv_reuse if kind == "chat" and key is not None else None
         try:
             with timer.measure("render"):
-                gens, request = await self.hops.render(kind, body, str(base_id))
+                rendered_body = reuse.render_body(key, body) if reuse is not None else body
+                gens, request = await self.hops.render(kind, rendered_body, str(base_id))
+                if request is rendered_body:  # a remote derender needs no history ids
+                    request = body
             stream = body.get("stream") is True
             if stream and len(gens) > 1:
                 raise bad_request("Streaming several prompts in one request is not supported by the driver; "
                                   "send one request per prompt.", "prompt")
-            key = conversation_key(body, headers)
             legs = [Leg(self, g, key, scope, timer) for g in gens]
+            if reuse is not None:
+                reuse.prepare(key, legs[0], reply_headers)
             if stream:
                 await self._stream(kind, body, request, legs[0], timer, out, reply_headers)
             else:
                 await self._whole(kind, body, request, legs, timer, out, reply_headers)
+            if reuse is not None:
+                reuse.finish(key, legs[0])
         except OpenAIError as err:
             if isinstance(err, HopError):
                 self.metrics.upstream_errors.labels(err.hop, str(err.status)).inc()

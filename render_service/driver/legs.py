@@ -42,9 +42,10 @@ PREFILL_KV_PARAMS: dict[str, Any] = {
 }
 
 
-def prefill_leg(gen: dict[str, Any]) -> dict[str, Any]:
+def prefill_leg(gen: dict[str, Any], pull: dict | None = None) -> dict[str, Any]:
     """The prefill leg: ``max_tokens`` 1, ``min_tokens`` 0, non-streaming, no
-    ``stream_options``, `PREFILL_KV_PARAMS`.
+    ``stream_options``, `PREFILL_KV_PARAMS` (plus ``pull``: the ``remote_*`` fields of a
+    decode engine's retained KV to start from, `conversations.plan_reuse`).
 
     The one sampled token is discarded, so prefill also gets ``ignore_eos`` and no stop
     ids: KV is handed off only when prefill ends length-capped (§6.1), and an EOS as the
@@ -54,17 +55,20 @@ def prefill_leg(gen: dict[str, Any]) -> dict[str, Any]:
     sp.update(max_tokens=1, min_tokens=0, stop=[], stop_token_ids=[], ignore_eos=True,
               output_kind=OUTPUT_KIND_FINAL_ONLY)
     return {**gen, "sampling_params": sp, "model": None, "stream": False, "stream_options": None,
-            "kv_transfer_params": dict(PREFILL_KV_PARAMS)}
+            "kv_transfer_params": {**PREFILL_KV_PARAMS, **(pull or {})}}
 
 
-def decode_leg(gen: dict[str, Any], kv_transfer_params: dict | None, continuous_usage: bool = False) -> dict[str, Any]:
+def decode_leg(gen: dict[str, Any], kv_transfer_params: dict | None, continuous_usage: bool = False,
+               retain: bool = False) -> dict[str, Any]:
     """The decode leg: the original rendered request (full ``max_tokens``, ``min_tokens``)
     with prefill's ``kv_transfer_params`` verbatim (None: decode computes the prompt
-    itself). Always streamed, whatever the client asked, so a stop string found by
-    derender can end generation early; ``include_usage`` so the final usage and the
-    engine's ``metrics`` arrive."""
+    itself), plus ``retain_kv`` when the conversation's next turn may pull this answer's KV.
+    Always streamed, whatever the client asked, so a stop string found by derender can end
+    generation early; ``include_usage`` so the final usage and the engine's ``metrics`` arrive."""
     sp = dict(gen.get("sampling_params") or {})
     sp.update(stop=[], output_kind=OUTPUT_KIND_DELTA)
+    if retain:
+        kv_transfer_params = {**(kv_transfer_params or {}), "retain_kv": True}
     return {**gen, "sampling_params": sp, "model": None, "stream": True,
             "stream_options": {"include_usage": True, "continuous_usage_stats": continuous_usage},
             "kv_transfer_params": kv_transfer_params}
@@ -106,11 +110,19 @@ class Leg:
             self.headers["X-Session-ID"] = conversation
         self.kv_params: dict | None = None
         self.prefill_done = 0.0
+        # Bidirectional KV reuse (`conversations.KVReuse.prepare`): what prefill pulls, whether
+        # decode keeps its KV, where the outcome is reported; then what decode produced.
+        self.pull: dict | None = None
+        self.retain = False
+        self.report: dict | None = None
+        self.decode_url: str | None = None
+        self.output: list[int] = []
+        self.kept: dict | None = None
 
     async def prefill(self) -> None:
         """Run the prefill leg; keeps its ``kv_transfer_params`` for decode."""
         pool, client = self.driver.pools["prefill"], self.driver.client()
-        body = prefill_leg(self.gen)
+        body = prefill_leg(self.gen, self.pull)
         with self.timer.measure("prefill"):
             attempts = self.driver.attempts("prefill", self.conversation)
             for url in attempts:
@@ -126,6 +138,8 @@ class Leg:
         self.prefill_done = time.perf_counter()
         params = resp.get("kv_transfer_params") if isinstance(resp, dict) else None
         self.kv_params = params if isinstance(params, dict) else None
+        if self.report is not None and self.driver.kv_reuse is not None:
+            self.driver.kv_reuse.observe_prefill(self, resp.get("metrics") if isinstance(resp, dict) else None)
         self.driver.notify("prefill_done", {"request_id": self.engine_id, "url": url,
                                             "kv_transfer_params": self.kv_params})
 
@@ -137,7 +151,7 @@ class Leg:
             event in the stream (502), timeout (504), broken connection (502).
         """
         pool, client = self.driver.pools["decode"], self.driver.client()
-        content = orjson.dumps(decode_leg(self.gen, self.kv_params, continuous_usage))
+        content = orjson.dumps(decode_leg(self.gen, self.kv_params, continuous_usage, self.retain))
         headers = {"content-type": "application/json", **self.headers}
         attempts = self.driver.attempts("decode", self.conversation)
         for url in attempts:
@@ -165,6 +179,7 @@ class Leg:
                         raise HopError("decode", 502, f"decode hop failed: {url} sent an event that is not JSON.") from None
                     if isinstance(chunk, dict) and "error" in chunk:  # the engine ended the request and says why
                         raise error_from_event("decode", url, chunk["error"])
+                    self._held(url, chunk)
                     yield chunk
                 raise HopError("decode", 502, f"decode hop failed: the stream from {url} ended without [DONE].")
             except httpx.HTTPError as exc:
@@ -173,6 +188,17 @@ class Leg:
                 raise HopError("decode", 502, f"decode hop failed: {url} sent an {exc}.") from None
             finally:
                 await response.aclose()
+
+
+    def _held(self, url: str, chunk: dict) -> None:
+        """Keep what the conversation's next turn needs: choice 0's ids, the decode instance
+        and its retained-KV params (last chunk)."""
+        self.decode_url = url
+        for c in chunk.get("choices") or []:
+            if c.get("index", 0) == 0:
+                self.output += c.get("token_ids") or []
+        if isinstance(chunk.get("kv_transfer_params"), dict):
+            self.kept = chunk["kv_transfer_params"]
 
 
 class Attempts:
