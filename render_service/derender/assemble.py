@@ -83,11 +83,18 @@ def chat_chunk_choice(index: int, delta: Delta, plan: Plan, token_ids: list[int]
             "weight_versions": getattr(passthrough, "weight_versions", None)}
 
 
-def completion_choice(index: int, delta: Delta, plan: Plan, token_ids: list[int] | None, streaming: bool) -> dict:
+def completion_choice(index: int, delta: Delta, plan: Plan, token_ids: list[int] | None, streaming: bool,
+                      passthrough: Any = None) -> dict:
+    """A completions choice with vLLM 0.33's keys (stream chunk or whole response)."""
     out = {"index": index, "text": delta.content, "logprobs": delta.logprobs, "finish_reason": delta.finish_reason,
            "stop_reason": delta.stop_reason}
-    if not streaming:
-        out.update(token_ids=token_ids if plan.return_token_ids else None, prompt_logprobs=None, prompt_token_ids=None)
+    ids = token_ids if plan.return_token_ids else None
+    weight_versions = getattr(passthrough, "weight_versions", None)
+    if streaming:
+        out.update(prompt_token_ids=None, token_ids=ids, weight_versions=weight_versions)
+    else:
+        out.update(token_ids=ids, prompt_logprobs=None, prompt_token_ids=None,
+                   routed_experts=getattr(passthrough, "routed_experts", None), weight_versions=weight_versions)
     return out
 
 
@@ -102,6 +109,7 @@ def chat_chunk(rid: str, created: int, model: str, choices: list[dict], usage_: 
             "metrics": metrics, "kv_transfer_params": None}
 
 
-def completion_chunk(rid: str, created: int, model: str, choices: list[dict], usage_: dict | None) -> dict:
+def completion_chunk(rid: str, created: int, model: str, choices: list[dict], usage_: dict | None,
+                     metrics: Any = None) -> dict:
     return {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": choices,
-            "usage": usage_, "system_fingerprint": None}
+            "usage": usage_, "system_fingerprint": None, "metrics": metrics, "kv_transfer_params": None}

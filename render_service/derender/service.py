@@ -136,7 +136,8 @@ class Derenderer:
             prompt_total += self._prompt_tokens(req.prompt_tokens[r] if req.prompt_tokens else None, gen, prompt)
             for ch in gen.choices:
                 delta = self._run_whole(plan, prompt, ch)
-                choices.append(assemble.completion_choice(len(choices), delta, plan, ch.token_ids, streaming=False))
+                choices.append(assemble.completion_choice(len(choices), delta, plan, ch.token_ids, streaming=False,
+                                                          passthrough=ch))
                 completion_total += len(ch.token_ids or [])
         gens = req.generate_responses
         kv = gens[0].kv_transfer_params if all(g.kv_transfer_params == gens[0].kv_transfer_params for g in gens) else None
@@ -144,7 +145,8 @@ class Derenderer:
             "id": assemble.response_id(gens[0].request_id, "completion"), "object": "text_completion",
             "created": gens[0].created or int(time.time()), "model": self.model_name(req.model), "choices": choices,
             "service_tier": None, "system_fingerprint": None, "usage": assemble.usage(prompt_total, completion_total),
-            "kv_transfer_params": kv, "metrics": gens[0].metrics if n == 1 else None,
+            "kv_transfer_params": kv, "ec_transfer_params": gens[0].ec_transfer_params if n == 1 else None,
+            "metrics": gens[0].metrics if n == 1 else None,
         }
 
     def _prompt_tokens(self, given: int | None, gen: GenerateResponse, prompt: list[int] | None) -> int:
@@ -266,7 +268,8 @@ class StreamSession:
             if self.plan.kind == "chat":
                 out.append(assemble.chat_chunk_choice(ch.index, delta, self.plan, ch.token_ids, ch))
             else:
-                out.append(assemble.completion_choice(ch.index, delta, self.plan, ch.token_ids, streaming=True))
+                out.append(assemble.completion_choice(ch.index, delta, self.plan, ch.token_ids, streaming=True,
+                                                      passthrough=ch))
         return out
 
     def usage(self, gen: GenerateResponse, prompt_tokens: int | None) -> dict | None:
@@ -280,4 +283,4 @@ class StreamSession:
         u = self.usage(gen, prompt_tokens)
         if self.plan.kind == "chat":
             return assemble.chat_chunk(rid, self.created, model, choices, u, gen.metrics)
-        return assemble.completion_chunk(rid, self.created, model, choices, u)
+        return assemble.completion_chunk(rid, self.created, model, choices, u, gen.metrics)
