@@ -117,6 +117,10 @@ def test_limits_are_400s():
             "image url not a string": {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": 5}}]}]},
             "image part without url": {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
             "mm_payload bad": {**image_body(tiny), "mm_payload": "pixels"},
+            "mp4 video (not supported yet)": {"messages": [{"role": "user", "content": [
+                {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAAIGZ0eXBpc29t"}}]}]},
+            "video frames of two sizes": {"messages": [{"role": "user", "content": [{"type": "video_url", "video_url": {
+                "url": test_media.video_url(1) + "," + test_media.video_url(1, 56, 56).split(",", 1)[1]}}]}]},
         }
         for what, body in bodies.items():
             resp = post(url, body)

@@ -90,3 +90,35 @@ def decode_rgb(data: bytes, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, param: s
         return np.asarray(image)
     except Exception as exc:
         raise bad_request(f"Failed to load image: {_reason(exc)}", param) from None
+
+
+MAX_VIDEO_FRAMES = 32   # vLLM's VideoMediaIO num_frames default
+
+
+def decode_jpeg_sequence(text: bytes, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, param: str | None = None,
+                         num_frames: int = MAX_VIDEO_FRAMES) -> tuple[np.ndarray, dict]:
+    """A ``data:video/jpeg`` payload (comma-separated base64 frames) → ``(frames [T, H, W, 3], metadata)``.
+
+    As vLLM 0.33's ``VideoMediaIO.load_base64``: the first ``num_frames`` frames, each decoded
+    like an image; metadata ``{total_num_frames, fps: 1.0, duration, video_backend:
+    "jpeg_sequence", frames_indices, do_sample_frames: False}`` (a hash input).
+
+    Raises:
+        OpenAIError: 400 for bad base64, an undecodable frame, or frames of different sizes.
+    """
+    import pybase64
+
+    parts = text.split(b",", num_frames)[:num_frames]
+    frames = []
+    for k, part in enumerate(parts):
+        try:
+            data = pybase64.b64decode(part, validate=True)
+        except ValueError:
+            raise bad_request(f"Video frame {k} is not valid base64.", param) from None
+        frames.append(decode_rgb(data, max_pixels, param))
+    if len({f.shape for f in frames}) != 1:
+        raise bad_request("All frames of a video must have the same size.", param)
+    total = len(frames)
+    metadata = {"total_num_frames": total, "fps": 1.0, "duration": total / 1.0, "video_backend": "jpeg_sequence",
+                "frames_indices": list(range(total)), "do_sample_frames": False}
+    return np.stack(frames), metadata

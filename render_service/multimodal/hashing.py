@@ -44,6 +44,9 @@ def _leaf(obj: object) -> Iterator[bytes | memoryview]:
         yield from _framed(np.array(obj).tobytes())
     elif isinstance(obj, Keyed):
         yield from _keyed(obj.key, obj.value)
+    elif isinstance(obj, np.ndarray):
+        yield from _keyed("ndarray", {"dtype": obj.dtype.str, "shape": tuple(obj.shape),
+                                      "data": np.ascontiguousarray(obj).view(np.uint8).data})
     else:
         raise TypeError(f"cannot hash {type(obj).__name__}")
 
@@ -96,6 +99,7 @@ def image_hash(model_id: str, data: bytes, io_config: dict | None, algorithm: st
     return hash_kwargs(algorithm, model_id=model_id, image=Keyed("image", inner))
 
 
-def video_hash(model_id: str, data: bytes, metadata: dict, algorithm: str = "blake3") -> str:
-    """Hash of a video given as encoded file bytes plus the loader's metadata dict (vLLM's pair)."""
-    return hash_kwargs(algorithm, model_id=model_id, video=(Keyed("video", data), metadata))
+def video_hash(model_id: str, data: bytes, frames: np.ndarray, metadata: dict, algorithm: str = "blake3") -> str:
+    """Hash of a video: ``(its bytes, or the decoded frames when those are smaller, metadata)``, as vLLM pairs them."""
+    media = frames if frames.nbytes < len(data) else data
+    return hash_kwargs(algorithm, model_id=model_id, video=(Keyed("video", media), metadata))

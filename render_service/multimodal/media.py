@@ -22,6 +22,9 @@ import pybase64
 from ..errors import OpenAIError, bad_request
 
 
+JPEG_SEQUENCE = "video/jpeg"   # data:video/jpeg;base64,<jpeg>,<jpeg>,... (vLLM's frame-sequence video)
+
+
 @dataclass(frozen=True)
 class MediaLimits:
     """Operator limits on loading media (the `serve` flags of the same names).
@@ -67,6 +70,9 @@ def load_data_url(url: str, limits: MediaLimits, param: str | None = None) -> Me
         raise bad_request("Only base64 data URLs are supported.", param)
     if len(payload) * 3 // 4 > limits.max_bytes + 3:
         raise _too_big(len(payload) * 3 // 4, limits, param)
+    if media_type.lower() == JPEG_SEQUENCE:
+        # vLLM's frame-sequence video: comma-separated base64 JPEGs, hashed as this text
+        return MediaBytes(payload.encode("ascii", "replace"), JPEG_SEQUENCE)
     try:
         data = pybase64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):

@@ -24,9 +24,9 @@ import httpx
 
 from ..errors import bad_request
 from .cache import CachedItem, ProcessorCache
-from .decode import DEFAULT_MAX_IMAGE_PIXELS, decode_rgb, read_header
-from .hashing import image_hash
-from .media import MediaBytes, MediaLimits, load_media
+from .decode import DEFAULT_MAX_IMAGE_PIXELS, decode_jpeg_sequence, decode_rgb, read_header
+from .hashing import image_hash, video_hash
+from .media import JPEG_SEQUENCE, MediaBytes, MediaLimits, load_media
 
 MODALITIES = ("image", "video")
 
@@ -166,8 +166,8 @@ class MultimodalRenderer:
 
     def _process(self, part: MediaPart, media: MediaBytes) -> LoadedItem:
         """Hash, then process on a cache miss (runs on the CPU pool)."""
-        if part.modality != "image":
-            raise bad_request(f"{part.modality} inputs are not supported yet.", part.param)
+        if part.modality == "video":
+            return self._process_video(part, media)
         header = read_header(media.data, self.config.max_image_pixels, part.param)
         mm_hash = part.uuid if part.uuid is not None else image_hash(
             self.config.model_id, media.data, header.io_config, self.config.hash_algorithm)
@@ -175,6 +175,20 @@ class MultimodalRenderer:
         if entry is None:
             rgb = decode_rgb(media.data, self.config.max_image_pixels, part.param)
             entry = CachedItem(self.processor.process_image(rgb, part.param))
+            self.cache.put(mm_hash, entry)
+        return LoadedItem(part.modality, mm_hash, entry)
+
+    def _process_video(self, part: MediaPart, media: MediaBytes) -> LoadedItem:
+        """A ``data:video/jpeg`` frame sequence (vLLM's decoder-free video form); other containers are a 400."""
+        if media.media_type != JPEG_SEQUENCE or not hasattr(self.processor, "process_video"):
+            raise bad_request("Video is supported as a data:video/jpeg frame sequence (comma-separated base64 "
+                              "JPEG frames); other video containers are not supported yet.", part.param)
+        frames, metadata = decode_jpeg_sequence(media.data, self.config.max_image_pixels, part.param)
+        mm_hash = part.uuid if part.uuid is not None else video_hash(
+            self.config.model_id, media.data, frames, metadata, self.config.hash_algorithm)
+        entry = self.cache.get(mm_hash)
+        if entry is None:
+            entry = CachedItem(self.processor.process_video(frames, metadata["fps"], part.param))
             self.cache.put(mm_hash, entry)
         return LoadedItem(part.modality, mm_hash, entry)
 

@@ -7,7 +7,8 @@ Format (vLLM 0.33 ``v1/serial_utils.MsgpackEncoder`` with every tensor inline, a
                   "field": ["flat", {"keep_on_cpu": b, "slices": [[[0, rows, None]]], "dim": 0}]
                          | ["batched", {"keep_on_cpu": b}]}}
 
-Field names appear in sorted order, as in vLLM's answers. msgspec (the library vLLM encodes
+Fields appear in the processor's order, which is vLLM's item order (image: grid, pixels;
+video: pixels, grid, seconds per grid). msgspec (the library vLLM encodes
 with) produces the same bytes.
 """
 
@@ -48,7 +49,7 @@ def encode_item(item: ProcessedItem, *, metadata_only: bool = False) -> str | No
 
     Returns None when ``metadata_only`` leaves no field (vLLM sends null then).
     """
-    fields = {name: f for name, f in sorted(item.fields.items()) if not metadata_only or f.keep_on_cpu or f.metadata}
+    fields = {name: f for name, f in item.fields.items() if not metadata_only or f.keep_on_cpu or f.metadata}
     if not fields:
         return None
     payload = {name: {"data": _tensor(f), "field": _descriptor(f)} for name, f in fields.items()}

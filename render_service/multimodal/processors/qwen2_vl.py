@@ -135,9 +135,9 @@ class Qwen2VLProcessor:
         patches, grid = self._patchify(resized[None])
         return ProcessedItem(
             modality="image",
-            fields={
-                "pixel_values": Field(patches, "flat"),
+            fields={   # vLLM's item order
                 "image_grid_thw": Field(np.array(grid, dtype=np.int64), "batched", keep_on_cpu=True, metadata=True),
+                "pixel_values": Field(patches, "flat"),
             },
             num_tokens=grid[0] * grid[1] * grid[2] // (self.merge_size ** 2),
         )
