@@ -13,6 +13,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config import ServeConfig
 from ..errors import OpenAIError
+from .admission import AdmissionMiddleware
 from .cancel import ClientGoneMiddleware
 from .common import AppContext, JSONResponse, error_response
 
@@ -129,6 +130,8 @@ def create_app(bundle, config: ServeConfig) -> Starlette:
         },
     )
     app.add_middleware(ClientGoneMiddleware)
+    app.add_middleware(AdmissionMiddleware, admission=ctx.admission)  # outermost but auth: refuse before reading
+    ctx.metrics.install(app, routes)  # vLLM's HTTP series and ours (http/metrics.py)
     if config.api_key:
         app.add_middleware(ApiKeyMiddleware, keys=config.api_key)
     app.state.ctx = ctx

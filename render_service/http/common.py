@@ -17,6 +17,7 @@ from ..config import ServeConfig
 from ..errors import OpenAIError, bad_request
 from ..wire.validate import validate  # noqa: F401  (routes import it from here)
 from .admission import Admission, Overloaded
+from .metrics import ServiceMetrics
 
 T = TypeVar("T")
 CPU_THREADS = 4  # render/derender steps running at once per worker process
@@ -35,6 +36,7 @@ class AppContext:
     admission: Admission | None = None  # built from ``config`` when not given
     # `render_service.multimodal.MultimodalRenderer` when the model takes images/video, else None.
     multimodal: Any = None
+    metrics: ServiceMetrics = field(default_factory=ServiceMetrics)  # request series, /load
 
     def __post_init__(self) -> None:
         if self.admission is None:

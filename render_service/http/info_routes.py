@@ -86,7 +86,11 @@ def routes(ctx: AppContext) -> list[Route]:
         return JSONResponse({"version": __version__})
 
     async def load(request: Request) -> JSONResponse:
-        return JSONResponse({"server_load": 0})
+        return JSONResponse({"server_load": ctx.metrics.server_load})
+
+    async def ping(request: Request) -> Response:
+        # SageMaker's health probe, as vLLM answers it (GET and POST)
+        return Response(status_code=503 if ctx.admission.wedged() else 200)
 
     async def tokenize(request: Request) -> JSONResponse:
         body = await read_json(request, ctx.config.max_body_bytes)
@@ -116,7 +120,8 @@ def routes(ctx: AppContext) -> list[Route]:
         return JSONResponse({"prompt": await ctx.run_cpu(bundle.tokenizer.decode, req.tokens, True)})
 
     async def metrics(request: Request) -> Response:
-        text = prometheus_client.generate_latest() + prometheus_client.generate_latest(registry)
+        text = b"".join(prometheus_client.generate_latest(r)
+                        for r in (prometheus_client.REGISTRY, registry, ctx.metrics.registry))
         return Response(text, media_type=prometheus_client.CONTENT_TYPE_LATEST)
 
     return [
@@ -124,6 +129,7 @@ def routes(ctx: AppContext) -> list[Route]:
         Route("/health", health, methods=["GET"]),
         Route("/version", version, methods=["GET"]),
         Route("/load", load, methods=["GET"]),
+        Route("/ping", ping, methods=["GET", "POST"]),
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/detokenize", detokenize, methods=["POST"]),
         Route("/metrics", metrics, methods=["GET"]),

@@ -5,10 +5,16 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.routing import Route
 
+from ..policy import effective_tool_choice
 from ..render import new_request_id, render_chat, render_completion
+from ..render.chat import chat_tool_constraint
 from ..render.media import chat_media_parts, load_media_input, mm_payload
 from ..wire.openai import ChatCompletionRequest, CompletionRequest
 from .common import AppContext, JSONResponse, read_json, validate
+
+
+# Response header set when tool_choice required / named reaches the engine unconstrained (why, in words).
+TOOL_CHOICE_UNCONSTRAINED = "X-Tool-Choice-Unconstrained"
 
 
 def _request_id(request: Request, body_id: str | None) -> str:
@@ -24,13 +30,19 @@ def routes(ctx: AppContext) -> list[Route]:
         ctx.check_model(req.model)
         rid = _request_id(request, req.request_id)
         media = await load_media_input(ctx.multimodal, chat_media_parts(req.messages), mm_payload(req))
-        return JSONResponse(await ctx.run_cpu(render_chat, ctx.bundle, ctx.config, req, rid, media))
+        out = await ctx.run_cpu(render_chat, ctx.bundle, ctx.config, req, rid, media)
+        ctx.metrics.rendered(request.url.path, out)
+        note = chat_tool_constraint(ctx.config, req, effective_tool_choice(req.tool_choice, req.tools)).note
+        # a forced call nothing will enforce (render.tool_constraints): say so rather than fail
+        return JSONResponse(out, headers={TOOL_CHOICE_UNCONSTRAINED: note} if note else None)
 
     async def completion(request: Request) -> JSONResponse:
         req = validate(CompletionRequest, await read_json(request, ctx.config.max_body_bytes))
         ctx.check_model(req.model)
         rid = _request_id(request, req.request_id)
-        return JSONResponse(await ctx.run_cpu(render_completion, ctx.bundle, ctx.config, req, rid))
+        out = await ctx.run_cpu(render_completion, ctx.bundle, ctx.config, req, rid)
+        ctx.metrics.rendered(request.url.path, out)
+        return JSONResponse(out)
 
     return [
         Route("/v1/chat/completions/render", chat, methods=["POST"]),

@@ -1,0 +1,134 @@
+"""``/ping``, ``/load`` and ``/metrics`` as vLLM 0.33's render server answers them (issue 11 item 5),
+plus our own series, and the tool_choice header. Real servers on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import MODELS, SHARED, render_server
+from render_service.http.metrics import ServiceMetrics
+
+RECORDED = Path(__file__).resolve().parent / "fixtures" / "vllm" / "recorded" / "qwen3-hermes.json"
+CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+
+
+def _series(text: str) -> set[str]:
+    """Metric lines without their values."""
+    return {line.rsplit(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#")}
+
+
+@pytest.fixture(scope="module")
+def client():
+    with render_server(None, max_model_len=512) as url, httpx.Client(base_url=url, timeout=30) as c:
+        yield c
+
+
+def test_ping_and_load(client):
+    for method in ("GET", "POST"):
+        resp = client.request(method, "/ping")
+        assert resp.status_code == 200 and resp.content == b""
+    assert client.get("/load").json() == {"server_load": 0}
+
+
+def test_http_series_have_vllms_names_and_labels(client):
+    assert client.post("/v1/chat/completions/render", json=CHAT).status_code == 200
+    assert client.post("/v1/chat/completions/render", json={"messages": "x"}).status_code == 400
+    client.get("/health"), client.get("/ping"), client.get("/load")
+    series = _series(client.get("/metrics").text)
+    handler = 'handler="/v1/chat/completions/render"'
+    assert f'http_requests_total{{{handler},method="POST",status="2xx"}}' in series
+    assert f'http_requests_total{{{handler},method="POST",status="4xx"}}' in series
+    assert f'http_request_duration_seconds_bucket{{{handler},le="0.1",method="POST"}}' in series
+    assert f'http_request_size_bytes_sum{{{handler}}}' in series and f'http_response_size_bytes_sum{{{handler}}}' in series
+    assert 'http_request_duration_highr_seconds_bucket{le="0.01"}' in series
+    assert not [s for s in series if s.startswith("http_") and any(
+        f'handler="{h}"' in s for h in ("/health", "/ping", "/load", "/metrics"))], "vLLM leaves these out"
+
+
+def test_our_series(client):
+    before = _series_values(client.get("/metrics").text)
+    out = client.post("/v1/chat/completions/render", json=CHAT).json()
+    assert client.post("/v1/completions/render", json={"prompt": [1, 2, 3]}).status_code == 200
+    assert client.post("/v1/chat/completions/render", json={"messages": []}).status_code == 400
+    after = _series_values(client.get("/metrics").text)
+
+    def grew(name: str) -> float:
+        return after.get(name, 0.0) - before.get(name, 0.0)
+
+    assert grew('render_service_prompt_tokens_total{route="/v1/chat/completions/render"}') == len(out["token_ids"])
+    assert grew('render_service_prompt_tokens_total{route="/v1/completions/render"}') == 3
+    assert grew('render_service_requests_total{route="/v1/chat/completions/render",status="400"}') == 1
+    assert grew('render_service_request_duration_seconds_count{route="/v1/chat/completions/render"}') == 2
+    assert "render_service_requests_in_flight" in after
+
+
+def _series_values(text: str) -> dict[str, float]:
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line and not line.startswith("#")}
+
+
+def test_in_flight_counts_requests_being_served():
+    metrics = ServiceMetrics()
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_app(scope, receive, send):
+        started.set()
+        await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    from render_service.http.metrics import _RouteStats
+
+    async def run():
+        app = _RouteStats(slow_app, metrics, {"/x"})
+        sent = []
+
+        async def send(message):
+            sent.append(message)
+
+        task = asyncio.create_task(app({"type": "http", "path": "/x", "method": "GET"}, None, send))
+        await started.wait()
+        during = metrics._in_flight
+        release.set()
+        await task
+        return during
+
+    assert asyncio.run(run()) == 1 and metrics._in_flight == 0
+
+
+@pytest.mark.skipif(not RECORDED.exists() or not SHARED.is_dir(), reason="vLLM's recorded /metrics or ../shared missing")
+def test_every_http_series_vllm_exported_is_exported():
+    recorded = json.loads(RECORDED.read_text())
+    theirs = {s for x in recorded["info"] if x["route"] == "/metrics" for s in x["response"] if s.startswith("http_")}
+    model = str(MODELS / "qwen3")
+    with render_server(model, served_model_name=("qwen3-hermes",), max_model_len=4096, reasoning_parser="qwen3",
+                       tool_call_parser="hermes", enable_auto_tool_choice=True) as url, \
+            httpx.Client(base_url=url, timeout=30) as c:
+        c.post("/v1/chat/completions/render", json=CHAT), c.post("/v1/chat/completions/render", json={})
+        c.post("/v1/completions/render", json={"prompt": "hi"}), c.post("/v1/completions/render", json={})
+        ids = c.post("/tokenize", json={"prompt": "hi"}).json()["tokens"]
+        gen = {"request_id": "r", "choices": [{"index": 0, "token_ids": ids}]}
+        c.post("/v1/chat/completions/derender", json={"generate_response": gen, "chat_request": CHAT})
+        c.post("/v1/chat/completions/derender", json={})
+        c.post("/v1/completions/derender", json={"generate_responses": [gen]})
+        c.get("/v1/models")
+        ours = _series(c.get("/metrics").text)
+    assert not sorted(theirs - ours)
+
+
+def test_unenforced_tool_choice_is_reported():
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    body = {**CHAT, "tools": tools, "tool_choice": "required"}
+    with render_server(None, tool_call_parser="mistral", enable_auto_tool_choice=True) as url:
+        resp = httpx.post(f"{url}/v1/chat/completions/render", json=body)
+    assert resp.status_code == 200 and "mistral" in resp.headers["x-tool-choice-unconstrained"]
+    assert "structured_outputs" not in resp.json()["sampling_params"]
+    with render_server(None, tool_call_parser="hermes", enable_auto_tool_choice=True) as url:
+        resp = httpx.post(f"{url}/v1/chat/completions/render", json=body)
+    assert "x-tool-choice-unconstrained" not in resp.headers
+    assert json.loads(resp.json()["sampling_params"]["structured_outputs"]["structural_tag"])["type"] == "structural_tag"
