@@ -58,6 +58,22 @@ class _GenerationTag(jinja2.ext.Extension):
         return jinja2.nodes.Scope(body).set_lineno(lineno)
 
 
+# Private-use characters around each {% generation %} body when rendering for assistant spans.
+_SPAN_START, _SPAN_END = "\ue000", "\ue001"
+_GENERATION_BLOCK = re.compile(r"\{%-?\s*generation\s*-?%\}")  # transformers' test for the tag
+
+
+class _MarkedGenerationTag(_GenerationTag):
+    """`{% generation %}body{% endgeneration %}` renders ``body`` between `_SPAN_START` and
+    `_SPAN_END`, so `ChatTemplate.generation_spans` can find where assistant text is."""
+
+    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        mark = [jinja2.nodes.Output([jinja2.nodes.TemplateData(c)]) for c in (_SPAN_START, _SPAN_END)]
+        return jinja2.nodes.Scope([mark[0], *body, mark[1]]).set_lineno(lineno)
+
+
 def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separators=None, sort_keys: bool = False) -> str:
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
@@ -119,9 +135,9 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _environment() -> ImmutableSandboxedEnvironment:
+def _environment(generation: type = _GenerationTag) -> ImmutableSandboxedEnvironment:
     env = _BoundedSandbox(
-        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols]
+        trim_blocks=True, lstrip_blocks=True, extensions=[generation, jinja2.ext.loopcontrols]
     )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
@@ -131,6 +147,7 @@ def _environment() -> ImmutableSandboxedEnvironment:
 
 
 _ENV = _environment()
+_MARKING_ENV = _environment(_MarkedGenerationTag)
 
 
 class ChatTemplate:
@@ -159,6 +176,9 @@ class ChatTemplate:
         # Templates that test `content is none` (DeepSeek-V3/R1 write tool calls only then) get
         # OpenAI's null; the rest read content as text, where null crashes (Qwen3: `'x' in content`).
         self.null_content = "none" if _TESTS_CONTENT_FOR_NONE.search(source) else "empty"
+        # `{% generation %}` blocks mark assistant text (return_assistant_tokens_mask).
+        self.has_generation_tags = bool(_GENERATION_BLOCK.search(source))
+        self._marking: jinja2.Template | None = None
 
     def render(
         self,
@@ -197,6 +217,40 @@ class ChatTemplate:
         if final_text is not None:
             text = _cut_after_final_message(text, final_text)
         return text
+
+    def generation_spans(self, messages: list[dict], **kwargs: Any) -> tuple[str, list[tuple[int, int]]] | None:
+        """The render of `render` (same arguments, no ``continue_final_message``) and the
+        ``[start, end)`` character spans its ``{% generation %}`` blocks wrote (transformers'
+        ``return_assistant_tokens_mask``); None for a template without such blocks.
+
+        Raises:
+            TemplateRenderError: as `render`.
+        """
+        if not self.has_generation_tags:
+            return None
+        if self._marking is None:
+            self._marking = _MARKING_ENV.from_string(self.source)
+        chat = [_alias_reasoning({k: v for k, v in m.items() if v is not None or k == "content"}) for m in messages]
+        try:
+            marked = self._marking.render(messages=chat, **kwargs)
+        except jinja2.TemplateError as exc:
+            raise TemplateRenderError(str(exc)) from None
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as exc:
+            raise TemplateRenderError(f"{type(exc).__name__}: {exc}") from None
+        parts: list[str] = []
+        spans: list[tuple[int, int]] = []
+        size, start = 0, None
+        for piece in re.split(f"([{_SPAN_START}{_SPAN_END}])", marked):
+            if piece == _SPAN_START:
+                start = size
+            elif piece == _SPAN_END:
+                if start is not None and size > start:
+                    spans.append((start, size))
+                start = None
+            else:
+                parts.append(piece)
+                size += len(piece)
+        return "".join(parts), spans
 
 
 @lru_cache(maxsize=16)

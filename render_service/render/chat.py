@@ -25,7 +25,7 @@ from .request import (
     token_offsets, truncate,
 )
 from .tool_constraints import ToolConstraint, tool_constraint
-from .turns import fields as turn_fields, render_turn
+from .turns import assistant_tokens_mask, fields as turn_fields, render_turn
 
 # Prompt tail handed to the reasoning parser to decide its starting state: enough for
 # "<|im_start|>assistant\n<think>\n\n</think>\n\n" and its kin, bounded so it stays cheap.
@@ -65,6 +65,9 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
     turn = render_turn(bundle, config, req, template, kwargs, token_ids, media is not None) if reused is None else None
     if turn is not None:
         token_ids = turn.token_ids
+    mask = None
+    if req.return_assistant_tokens_mask and reused is None:
+        mask = assistant_tokens_mask(bundle, req, template, kwargs, token_ids, turn, media is not None)
     offsets = None
     if req.return_token_offsets and reused is None and media is None:
         offsets = token_offsets(bundle, text, req.add_special_tokens, len(token_ids))
@@ -121,7 +124,7 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
         reasoning_parser_kwargs={"chat_template_kwargs": effective_kwargs} if reasoning_active else None,
         parse_context=parse_context,
         features=features,
-    ) | turn_fields(turn)
+    ) | turn_fields(turn, req.return_assistant_tokens_mask, mask, token_ids)
     out["token_offsets"] = offsets
     return out
 

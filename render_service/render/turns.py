@@ -102,11 +102,67 @@ def render_turn(bundle: ModelBundle, config: ServeConfig, req: Any, template: Ch
     return Turn(list(token_ids), figure, exact)
 
 
-def fields(turn: Turn | None) -> dict[str, Any]:
-    """Keys the turn adds to the `GenerateRequest` dict (none without a previous turn)."""
-    if turn is None:
-        return {}
-    out: dict[str, Any] = {"continuity": turn.continuity.as_dict()}
-    if turn.exact:
-        out["token_offsets"] = None
+def assistant_tokens_mask(bundle: ModelBundle, req: Any, template: ChatTemplate, kwargs: dict,
+                          token_ids: list[int], turn: Turn | None,
+                          media: bool = False) -> tuple[list[int], list[int]] | None:
+    """vLLM main's ``assistant_tokens_mask`` for a rendered chat prompt: 1 for each token
+    inside a ``{% generation %}`` block of the template (transformers'
+    ``return_assistant_tokens_mask``), 0 elsewhere, as ``(token_ids, mask)`` (`fields` cuts it
+    like the prompt when it is truncated). None where vLLM gives null: a template
+    without such blocks, a per-request template (it renders in a sandbox worker), media
+    parts, prompts that are not the template's text (token-exact history,
+    ``continue_final_message``), or ids that do not line up with it.
+
+    Raises:
+        OpenAIError: 400 when the template refuses the conversation.
+    """
+    spans_of = getattr(template, "generation_spans", None)  # a request template renders in a worker: no spans
+    if (media or (turn is not None and turn.exact) or req.continue_final_message or spans_of is None
+            or not template.has_generation_tags):
+        return None
+    hf = getattr(bundle.tokenizer, "hf", None)
+    if hf is None:
+        return None
+    messages = prepare_messages(req.messages, template)
+    try:
+        rendered = spans_of(messages, tools=req.tools, documents=req.documents,
+                                             add_generation_prompt=req.add_generation_prompt,
+                                             **{**bundle.special_tokens, **kwargs})
+    except ValueError as exc:
+        raise bad_request(f"Chat template error: {exc}", "messages") from None
+    text, spans = rendered
+    encoding = hf.encode(text, add_special_tokens=req.add_special_tokens)
+    if list(encoding.ids) != list(token_ids):
+        return None
+    return list(token_ids), [int(any(s < end and e > start for start, end in spans)) for s, e in encoding.offsets]
+
+
+def fields(turn: Turn | None, mask_requested: bool = False, mask: tuple[list[int], list[int]] | None = None,
+           token_ids: list[int] | None = None) -> dict[str, Any]:
+    """Keys the turn adds to the `GenerateRequest` dict: ``continuity`` (with a previous
+    turn), ``token_offsets`` null (token-exact history), ``assistant_tokens_mask`` (when
+    asked; cut like the prompt when ``truncate_prompt_tokens`` shortened it)."""
+    out: dict[str, Any] = {}
+    if turn is not None:
+        out["continuity"] = turn.continuity.as_dict()
+        if turn.exact:
+            out["token_offsets"] = None
+    if mask_requested:
+        out["assistant_tokens_mask"] = _truncated_like(mask, turn, token_ids)
     return out
+
+
+def _truncated_like(mask: tuple[list[int], list[int]] | None, turn: Turn | None,
+                    token_ids: list[int] | None) -> list[int] | None:
+    """The mask for the final prompt: cut on the side ``truncate_prompt_tokens`` cut the ids."""
+    if mask is None or token_ids is None:
+        return None
+    ids, flags = mask
+    n = len(token_ids)
+    if ids == token_ids:
+        return flags
+    if n < len(ids) and ids[len(ids) - n:] == token_ids:
+        return flags[len(ids) - n:]
+    if n < len(ids) and ids[:n] == token_ids:
+        return flags[:n]
+    return None

@@ -151,6 +151,7 @@ class ChatCompletionRequest(SamplingFields):
     # Extensions for agent loops (render.turns): the continuity figure and token-exact history.
     previous_turn: PreviousTurn | None = None
     token_exact_history: bool | None = None
+    return_assistant_tokens_mask: bool = False  # vLLM main (GenerateRequest.assistant_tokens_mask)
 
     @model_validator(mode="after")
     def _consistency(self) -> "ChatCompletionRequest":
