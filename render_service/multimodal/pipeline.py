@@ -16,9 +16,8 @@ The flow for one request (all front doors share it):
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import httpx
 
@@ -26,9 +25,13 @@ from ..errors import bad_request
 from .cache import CachedItem, ProcessorCache
 from .decode import DEFAULT_MAX_IMAGE_PIXELS, decode_jpeg_sequence, decode_rgb, read_header
 from .hashing import image_hash, video_hash
-from .media import JPEG_SEQUENCE, MediaBytes, MediaLimits, load_media
+from .media import JPEG_SEQUENCE, MediaBytes, MediaLimits, load_file_url, load_media
 
 MODALITIES = ("image", "video")
+
+
+async def _default_run_cpu(fn: Callable[..., Any], *args: Any) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
 @dataclass(frozen=True)
@@ -90,17 +93,18 @@ class MultimodalRenderer:
         processor: a family processor from `render_service.multimodal.processors`.
         config: operator settings.
         placeholder_ids: ``{modality: token id}`` of the token the template writes per item.
-        executor: the CPU pool to process on (None = the loop's default executor).
+        run_cpu: ``async run_cpu(fn, *args)`` running CPU work off the event loop (the server's
+            admission-controlled pool: overload is a 503 there); None = the loop's default executor.
     """
 
     def __init__(self, processor: Any, config: MultimodalConfig, placeholder_ids: dict[str, int],
-                 executor: Executor | None = None):
+                 run_cpu: Callable[..., Awaitable[Any]] | None = None):
         self.processor = processor
         self.config = config
         self.placeholder_ids = placeholder_ids
         self.modality_of = {tok: m for m, tok in placeholder_ids.items()}
         self.cache = ProcessorCache(config.cache_bytes)
-        self.executor = executor
+        self.run_cpu = run_cpu or _default_run_cpu
         self._client: httpx.AsyncClient | None = None
 
     # ---- loading -------------------------------------------------------------------------
@@ -138,13 +142,12 @@ class MultimodalRenderer:
         self.check_parts(parts)
         index: dict[str, int] = {}
         tasks: dict[tuple, asyncio.Future] = {}
-        loop = asyncio.get_running_loop()
         ordered = []
         for part in parts:
             i = index[part.modality] = index.get(part.modality, -1) + 1
             key = (part.modality, part.url, part.uuid)
             if key not in tasks:   # the same media twice in one request is loaded and processed once
-                tasks[key] = asyncio.ensure_future(self._load_one(part, i, loop))
+                tasks[key] = asyncio.ensure_future(self._load_one(part, i))
             ordered.append(tasks[key])
         try:
             return list(await asyncio.gather(*ordered))
@@ -153,7 +156,7 @@ class MultimodalRenderer:
                 task.cancel()
             raise
 
-    async def _load_one(self, part: MediaPart, index: int, loop: asyncio.AbstractEventLoop) -> LoadedItem:
+    async def _load_one(self, part: MediaPart, index: int) -> LoadedItem:
         if part.url is None:
             if part.uuid is None:
                 raise bad_request(f"A {part.modality} part needs a URL or a uuid.", part.param)
@@ -161,8 +164,11 @@ class MultimodalRenderer:
             if entry is None:
                 raise bad_request(f"Cache miss for {part.modality} at index {index} but data is not provided.", part.param)
             return LoadedItem(part.modality, part.uuid, entry)
-        media = await load_media(part.url, self.config.limits, self._http(), part.param)
-        return await loop.run_in_executor(self.executor, self._process, part, media)
+        if part.url.startswith("file:"):   # a local read: off the loop too
+            media = await self.run_cpu(load_file_url, part.url, self.config.limits, part.param)
+        else:
+            media = await load_media(part.url, self.config.limits, self._http(), part.param)
+        return await self.run_cpu(self._process, part, media)
 
     def _process(self, part: MediaPart, media: MediaBytes) -> LoadedItem:
         """Hash, then process on a cache miss (runs on the CPU pool)."""
