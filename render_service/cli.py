@@ -140,6 +140,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="accept `chat_template` in requests (a client-supplied Jinja template runs in the sandbox)")
     p.add_argument("--exclude-tools-when-tool-choice-none", action="store_true",
                    help="with tool_choice none, render the prompt without the tools (vLLM's flag)")
+    p.add_argument("--token-exact-history", action="store_true",
+                   help="chat requests with previous_turn render as its exact ids + the new messages "
+                        "(a request's token_exact_history overrides; README 'Agent loops')")
     p.add_argument("--content-special-tokens", choices=("parse", "text"), default="parse",
                    help="parse: control-token text in messages becomes control tokens (HF parity); "
                         "text: it stays plain text (no turn forging)")
@@ -177,6 +180,7 @@ def build_config(args: argparse.Namespace):
         api_key=tuple(args.api_key or ()) or tuple(filter(None, [os.environ.get("VLLM_API_KEY")])),
         trust_request_chat_template=args.trust_request_chat_template,
         exclude_tools_when_tool_choice_none=args.exclude_tools_when_tool_choice_none,
+        token_exact_history=args.token_exact_history,
         content_special_tokens=args.content_special_tokens,
         max_body_bytes=args.max_body_bytes,
         max_logprobs=args.max_logprobs,

@@ -82,3 +82,27 @@ def test_llama31_history_extends_without_token_exact_mode():
         exact = render(url, turn2, previous_turn=previous, token_exact_history=True).json()
     assert body["continuity"]["extends"] and body["continuity"]["common_prefix_tokens"] == len(p1) + len(out)
     assert exact["token_ids"] == body["token_ids"]
+
+
+def test_server_flag_turns_token_exact_history_on():
+    from tokenizers import Tokenizer
+
+    import argparse
+
+    from render_service.cli import add_serve_parser, build_config
+
+    parser = argparse.ArgumentParser()
+    add_serve_parser(parser.add_subparsers(dest="command"))
+    config = build_config(parser.parse_args(["serve", str(MODELS / "qwen3"), "--token-exact-history"]))
+    assert config.token_exact_history
+    tok = Tokenizer.from_file(str(MODELS / "qwen3" / "tokenizer.json"))
+    with render_server(str(MODELS / "qwen3"), token_exact_history=True) as url:
+        user = {"role": "user", "content": "Hi"}
+        p1 = render(url, [user]).json()["token_ids"]
+        out = tok.encode("<think>\nx\n</think>\n\nHello!<|im_end|>", add_special_tokens=False).ids
+        msgs = [user, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Bye"}]
+        previous = {"prompt_token_ids": p1, "output_token_ids": out}
+        on = render(url, msgs, previous_turn=previous).json()
+        off = render(url, msgs, previous_turn=previous, token_exact_history=False).json()
+    assert on["token_ids"][: len(p1) + len(out)] == p1 + out and on["continuity"]["extends"]
+    assert off["continuity"]["reason"] == "reasoning_dropped"
