@@ -180,7 +180,7 @@ FORMATS.update({f.name: f for f in (
     ReasoningFormat("hy_v3", on_kwargs=("reasoning_effort",), families="Hunyuan (HY) V3 (reasoning_effort)"),
     ReasoningFormat("hy_v4", families="Hunyuan (HY) V4 (unsuffixed tokens)"),
     ReasoningFormat("kimi_k3", start=("<|open|>think<|sep|>",), end=("<|close|>think<|sep|>",),
-                    default_on=False, families="Kimi K3 (XTML think channel)"),
+                    families="Kimi K3 (XTML think channel, on unless thinking is turned off)"),
     ReasoningFormat("k2_horizon", start=("<ifm|think>", "<ifm|think_fast>", "<ifm|think_faster>"),
                     end=("</ifm|think>", "</ifm|think_fast>", "</ifm|think_faster>"), off_kwargs=(),
                     families="K2 Horizon (effort-specific tags)"),

@@ -223,6 +223,48 @@ def _samples(spec, rt) -> list:
     ("hf-pythonic", rt(reasoning=None, template=RT_PYTHONIC),
      ' Sure <|tool_call_start|>[get_weather(city="Paris", metric=true), noop()]<|tool_call_end|> done'),
     ("beam-as-hf", rt("beam", "beam"), "<think>x</think>y"),
+    # more of each framing, for the comparison with vLLM 0.33's own parsers
+    ("dsml-v4-two", spec("deepseek_v4", "deepseek_v4", thinking=True),
+     "Two lookups.</think>" + dsml("tool_calls", dsml_invoke("get_weather", ("city", "true", "東京")),
+                                   dsml_invoke("noop"))),
+    ("kimi-k3-two", spec("kimi_k3", "kimi_k3", enable_thinking=False),
+     "<|open|>tools<|sep|>" + K3_CALL + '<|open|>call tool="noop" index="2"<|sep|><|close|>call<|sep|>'
+     "<|close|>tools<|sep|>"),
+    ("dots-two", spec("dots"), "<dots_function_call>\n<invoke name=\"noop\">\n</invoke>\n"
+                               "<invoke name=\"search\">\n<parameter name=\"query\">a\nb</parameter>\n</invoke>\n"
+                               "</dots_function_call>"),
+    ("step3-two", spec("step3"),
+     "<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name=\"noop\"></steptml:invoke>"
+     "<｜tool_call_end｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name=\"search\">"
+     "<steptml:parameter name=\"limit\">4</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>"),
+    ("hy-v3-two", spec("hy_v3"), "Sure.<tool_calls><tool_call>noop<tool_sep></tool_call><tool_call>search<tool_sep>"
+                                 "<arg_key>query</arg_key><arg_value>ü</arg_value></tool_call></tool_calls>"),
+    ("ernie45-two", spec("ernie45"), '<tool_call>\n{"name": "noop", "arguments": {}}\n</tool_call>\n'
+                                     '<tool_call>\n{"name": "search", "arguments": {"limit": 1}}\n</tool_call>'),
+    ("inkling-two", spec("inkling"),
+     '<|message_model|><|content_invoke_tool_json|>{"name": "noop", "args": {}}<|end_message|>'
+     '<|message_model|><|content_invoke_tool_json|>{"name": "search", "args": {"query": "q"}}<|end_message|>'),
+    ("plamo3-text", spec("plamo3", "plamo3", thinking=True), "Hm." + PLAMO("end_think") + "Just an answer."),
+    ("lfm2-two-text-before", spec("lfm2"),
+     'Let me check.<|tool_call_start|>[get_weather(city="Paris"), search(query="x")]<|tool_call_end|>'),
+    ("olmo3-one", spec("olmo3"), '<function_calls>search(query="x", limit=2)</function_calls>'),
+    ("gemma4-text-after", spec("gemma4"), '<|tool_call>call:noop{}<tool_call|>All done.'),
+    ("functiongemma-two", spec("functiongemma"),
+     "<start_function_call>call:noop{}<end_function_call><start_function_call>call:search{query:<escape>a,b<escape>}"
+     "<end_function_call>"),
+    ("minimax-m3-two", spec("minimax_m3"),
+     f"{MM3}<tool_call>{MM3}<invoke name=\"noop\">{MM3}</invoke>{MM3}<invoke name=\"get_weather\">"
+     f"{MM3}<city>Rome{MM3}</city>{MM3}<days>2{MM3}</days>{MM3}</invoke>{MM3}</tool_call>"),
+    ("apertus-one", spec("apertus"), '<|tools_prefix|>[{"search": {"query": "x", "limit": 3}}]<|tools_suffix|>'),
+    ("gigachat3-role-sep", spec("gigachat3"),
+     'function call<|role_sep|>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}'),
+    ("minicpm5-two", spec("minicpm5"), "<function name=\"noop\"></function><function name=\"get_weather\">"
+                                       "<param name=\"days\">3</param></function>"),
+    ("mimo-two", spec("mimo"), "<tool_call>\n<function=noop>\n</function>\n</tool_call>\n<tool_call>\n"
+                               "<function=search>\n<parameter=limit>\n2\n</parameter>\n</function>\n</tool_call>"),
+    ("k2-horizon-two", spec("k2_horizon"),
+     "<ifm|tool_calls><ifm|tool_call>noop</ifm|tool_call><ifm|tool_call>get_weather<ifm|arg_key>city</ifm|arg_key>"
+     "<ifm|arg_value>Lima</ifm|arg_value></ifm|tool_call></ifm|tool_calls>"),
     ]
 
 FAMILY_EXPECTED = {
@@ -287,4 +329,22 @@ FAMILY_EXPECTED = {
     'hf-tools-off': (None, '<tool_call>{"name": "noop", "arguments": {}}</tool_call>', []),
     'hf-pythonic': (None, ' Sure  done', [('get_weather', '{"city": "Paris", "metric": true}'), ('noop', '{}')]),
     'beam-as-hf': ('x', 'y', []),
+    'dsml-v4-two': ('Two lookups.', None, [('get_weather', '{"city": "東京"}'), ('noop', '{}')]),
+    'kimi-k3-two': (None, None, [('get_weather', '{"city": "Zürich \\"1\\"", "days": 2}'), ('noop', '{}')]),
+    'dots-two': (None, None, [('noop', '{}'), ('search', '{"query": "a\\nb"}')]),
+    'step3-two': (None, None, [('noop', '{}'), ('search', '{"limit": 4}')]),
+    'hy-v3-two': (None, 'Sure.', [('noop', '{}'), ('search', '{"query": "ü"}')]),
+    'ernie45-two': (None, None, [('noop', '{}'), ('search', '{"limit": 1}')]),
+    'inkling-two': (None, None, [('noop', '{}'), ('search', '{"query": "q"}')]),
+    'plamo3-text': ('Hm.', 'Just an answer.', []),
+    'lfm2-two-text-before': (None, 'Let me check.', [('get_weather', '{"city": "Paris"}'), ('search', '{"query": "x"}')]),
+    'olmo3-one': (None, None, [('search', '{"query": "x", "limit": 2}')]),
+    'gemma4-text-after': (None, 'All done.', [('noop', '{}')]),
+    'functiongemma-two': (None, None, [('noop', '{}'), ('search', '{"query": "a,b"}')]),
+    'minimax-m3-two': (None, None, [('noop', '{}'), ('get_weather', '{"city": "Rome", "days": 2}')]),
+    'apertus-one': (None, None, [('search', '{"query": "x", "limit": 3}')]),
+    'gigachat3-role-sep': (None, None, [('get_weather', '{"city": "Oslo"}')]),
+    'minicpm5-two': (None, None, [('noop', '{}'), ('get_weather', '{"days": 3}')]),
+    'mimo-two': (None, None, [('noop', '{}'), ('search', '{"limit": 2}')]),
+    'k2-horizon-two': (None, None, [('noop', '{}'), ('get_weather', '{"city": "Lima"}')]),
 }
