@@ -13,8 +13,12 @@ Per turn it reports: TTFT (request sent → first streamed chunk with content) m
 conversations with reuse off and on; prompt tokens; tokens prefill pulled from decode's
 retained KV vs computed (prefill's own metrics, from the driver's ``x-prefill-*`` headers);
 the continuity figure (common prefix / held tokens, and the reason when it ends early).
-It also checks that both drivers produced the same answers (greedy: reuse must not change
-output). Timings depend on the machine and its load; run it on an idle one.
+Both drivers get the same prompt at every turn (the conversation continues from the
+reuse-on answer); the report counts the turns where the two greedy answers differ, which
+can happen without any stale KV: llama.cpp on CPU is not batch-invariant, and with reuse the
+history's KV was computed token by token by decode instead of in one prefill batch (the
+tests check reuse against one engine that carried the conversation in its own cache, and
+that KV past a divergence is never used). Timings depend on the machine and its load.
 """
 
 from __future__ import annotations
@@ -114,16 +118,20 @@ def run(args: argparse.Namespace) -> dict:
             httpx.Client(timeout=600) as client:
         drivers = {"off": off, "on": on}
         for c in range(args.conversations):
-            history = {m: [{"role": "system", "content": TASK}, {"role": "user", "content": "The test "
-                           f"test_case_{c} fails with an AssertionError. Start."}] for m in drivers}
+            history = [{"role": "system", "content": TASK},
+                       {"role": "user", "content": f"The test test_case_{c} fails with an AssertionError. Start."}]
             rows = {m: [] for m in drivers}
             for t in range(args.turns):
-                for mode, drv in drivers.items():  # interleaved: both see the same machine state
-                    out = one_turn(client, drv.url, history[mode], f"bench-{os.getpid()}-{mode}-{c}", args.max_tokens)
+                order = ("on", "off") if t % 2 else ("off", "on")  # interleaved: both see the same machine state
+                for mode in order:
+                    out = one_turn(client, drivers[mode].url, history, f"bench-{os.getpid()}-{mode}-{c}",
+                                   args.max_tokens)
                     rows[mode].append(out)
-                    tool = corpus.excerpt(corpus.offset_for(1000 * c + t), args.tool_chars)
-                    history[mode] += [{"role": "assistant", "content": out["text"]},
-                                      {"role": "user", "content": f"Tool result (read_file):\n{tool}"}]
+                # Both drivers continue from the reuse-on answer, so every turn's prompt is the same
+                # for both (greedy answers may differ in the last bits: llama.cpp is not batch-invariant).
+                tool = corpus.excerpt(corpus.offset_for(1000 * c + t), args.tool_chars)
+                history = history + [{"role": "assistant", "content": rows["on"][-1]["text"]},
+                                     {"role": "user", "content": f"Tool result (read_file):\n{tool}"}]
                 print(f"conversation {c + 1}/{args.conversations} turn {t + 1}: TTFT off "
                       f"{rows['off'][-1]['ttft_s'] * 1000:.0f} ms, on {rows['on'][-1]['ttft_s'] * 1000:.0f} ms "
                       f"(pulled {rows['on'][-1]['pulled']}, computed {rows['on'][-1]['computed']})",
@@ -152,10 +160,10 @@ def summarise(turns: dict[str, list[list[dict]]], args: argparse.Namespace) -> d
                            if any(x is not None for x, _ in ratios) else None),
             "continuity_reasons": reasons,
         })
-    same = all(a["text"] == b["text"] for ca, cb in zip(turns["off"], turns["on"]) for a, b in zip(ca, cb))
+    differ = sum(a["text"] != b["text"] for ca, cb in zip(turns["off"], turns["on"]) for a, b in zip(ca, cb))
     return {"workload": "agent-loop", "target": "render-service drive (reference engines, SmolLM2-135M)",
             "params": {"turns": args.turns, "conversations": args.conversations, "tool_chars": args.tool_chars,
-                       "max_tokens": args.max_tokens}, "same_answers_with_and_without_reuse": same,
+                       "max_tokens": args.max_tokens}, "turns_with_different_answers": differ,
             "turns": per_turn}
 
 
@@ -168,7 +176,7 @@ def table(result: dict) -> str:
         lines.append(f"{r['turn']:>4}  {r['ttft_off_ms']:>11.0f}  {r['ttft_on_ms']:>10.0f}  "
                      f"{r['ttft_off_ms'] / r['ttft_on_ms']:>7.2f}x  {r['prompt_tokens']:>6.0f}  "
                      f"{r['pulled_tokens']:>6.0f}  {r['computed_tokens']:>8.0f}  {cont:>10}  {why}")
-    lines.append(f"same answers with and without reuse: {result['same_answers_with_and_without_reuse']}")
+    lines.append(f"turns whose greedy answer differed with and without reuse: {result['turns_with_different_answers']}")
     return "\n".join(lines)
 
 
@@ -185,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
-    return 0 if result["same_answers_with_and_without_reuse"] else 1
+    return 0
 
 
 if __name__ == "__main__":

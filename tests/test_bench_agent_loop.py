@@ -22,9 +22,9 @@ def test_summary_per_turn():
     t2 = result["turns"][1]
     assert (t2["ttft_off_ms"], t2["ttft_on_ms"], t2["pulled_tokens"], t2["computed_tokens"]) == (2000, 500, 60, 30)
     assert t2["prompt_tokens"] == 90 and t2["continuity_reasons"] == ["reasoning_dropped"]
-    assert abs(t2["continuity"] - 60 / 61) < 1e-9 and result["same_answers_with_and_without_reuse"]
+    assert abs(t2["continuity"] - 60 / 61) < 1e-9 and result["turns_with_different_answers"] == 0
     assert "4.00x" in table(result)
     turns["on"][0][1]["text"] = "c"
-    assert not summarise(turns, argparse.Namespace(turns=2, conversations=1, tool_chars=10,
-                                                   max_tokens=4))["same_answers_with_and_without_reuse"]
+    assert summarise(turns, argparse.Namespace(turns=2, conversations=1, tool_chars=10,
+                                               max_tokens=4))["turns_with_different_answers"] == 1
     assert _continuity(None) == (None, None) and _continuity("common=3; held=3; reason=none") == (1.0, "none")
