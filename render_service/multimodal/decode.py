@@ -27,6 +27,7 @@ ALLOWED_IMAGE_FORMATS = (
 )
 DEFAULT_MAX_IMAGE_PIXELS = 178_956_970   # vLLM's VLLM_MAX_IMAGE_PIXELS
 BACKGROUND = (255, 255, 255)
+_ORIENTATION = 0x0112   # EXIF Orientation tag
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,8 @@ def decode_rgb(data: bytes, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, param: s
     image = _open(data, max_pixels, param)
     try:
         with contextlib.suppress(Exception):
-            image = ImageOps.exif_transpose(image)
+            if image.getexif().get(_ORIENTATION, 1) != 1:   # exif_transpose would only copy otherwise
+                image = ImageOps.exif_transpose(image)
         image.load()
         if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
             rgba = image if image.mode == "RGBA" else image.convert("RGBA")
