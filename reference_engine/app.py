@@ -366,8 +366,10 @@ async def _stream(req: wire.GenerateRequest, run: RunningJob) -> AsyncIterator[b
 async def generate(request: Request) -> Response:
     engine: Engine = request.app.state.engine
     try:
-        req = validate(wire.GenerateRequest, await read_json(request, engine.config.max_body_bytes))
+        body = await read_json(request, engine.config.max_body_bytes)
+        req = validate(wire.GenerateRequest, body)
         job = engine.make_job(req, request.headers.get("x-request-id"))
+        checks.check_vllm_schema(body)  # and refuse what a real vLLM engine refuses that our checks let through
     except OpenAIError as err:
         return error_response(err)
     run = engine.start(job, engine.advertise_host(request))

@@ -7,6 +7,10 @@ checks (no ``stop`` strings) and this engine's limits (``n`` = 1, no logprobs);
 
 from __future__ import annotations
 
+import functools
+import json
+from pathlib import Path
+
 from render_service.errors import bad_request
 from render_service.wire.generate import GenerateRequest, SamplingParams
 
@@ -41,6 +45,33 @@ def sampling_spec(sp: SamplingParams) -> SamplingSpec:
     _check(sp.prompt_logprobs is None, "prompt_logprobs are not supported by this reference engine", "prompt_logprobs")
     same = {name: getattr(sp, name) for name in SamplingSpec.__dataclass_fields__}
     return SamplingSpec(**{**same, "top_k": max(sp.top_k, 0), "stop_token_ids": tuple(sp.stop_token_ids)})
+
+
+# vLLM 0.33.0's own `GenerateRequest` as JSON Schema (copied from ../shared/design/vllm-0.33-schemas,
+# generated there from vLLM's pydantic model): what a real vLLM generate server refuses, we refuse.
+GENERATE_REQUEST_SCHEMA = Path(__file__).with_name("schemas") / "GenerateRequest.json"
+
+
+@functools.cache
+def _generate_request_validator():
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(json.loads(GENERATE_REQUEST_SCHEMA.read_text()))
+
+
+def check_vllm_schema(body) -> None:
+    """400 unless ``body`` is valid for vLLM 0.33's `GenerateRequest` schema (e.g. ``structured_outputs``
+    with a null ``disable_any_whitespace``, which our own model would let through).
+
+    Raises:
+        OpenAIError: 400 naming the first offending field.
+    """
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(_generate_request_validator().iter_errors(body))
+    if error is not None:
+        path = ".".join(str(p) for p in error.absolute_path) or None
+        raise bad_request(f"Not a valid vLLM 0.33 GenerateRequest: {path or 'body'}: {error.message[:300]}", param=path)
 
 
 def check_request(req: GenerateRequest) -> None:

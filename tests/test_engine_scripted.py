@@ -109,7 +109,7 @@ def test_header_request_id_wins_and_stop_rules(engine):
 
 
 def test_sse_shape_matches_non_stream(engine):
-    req = {"token_ids": [3, 77, 78], "stream": True, "stream_options": {"include_usage": True},
+    req = {"sampling_params": {}, "token_ids": [3, 77, 78], "stream": True, "stream_options": {"include_usage": True},
            "return_token_ids": True}
     r = httpx.post(engine.url + GEN, json=req, headers={"X-Request-Id": "s1"})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
@@ -129,11 +129,11 @@ def test_sse_shape_matches_non_stream(engine):
     assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
     assert chunks[-1]["choices"][0]["stop_reason"] == EOS
 
-    plain = sse_events(httpx.post(engine.url + GEN, json={"token_ids": [77, 78], "stream": True}).text)
+    plain = sse_events(httpx.post(engine.url + GEN, json={"sampling_params": {}, "token_ids": [77, 78], "stream": True}).text)
     assert plain[-1] == "[DONE]" and all(e["choices"] for e in plain[:-1])  # no usage chunk unasked
 
     cont = sse_events(httpx.post(engine.url + GEN, json={
-        "token_ids": [77, 78], "stream": True,
+        "sampling_params": {}, "token_ids": [77, 78], "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True}}).text)
     running = 0
     for c in cont[:-2]:  # chunks may bundle tokens; usage counts them cumulatively
@@ -153,12 +153,12 @@ def test_sse_shape_matches_non_stream(engine):
         ({"token_ids": [1], "sampling_params": {"max_tokens": 2, "min_tokens": 3}}, 400, "sampling_params.min_tokens"),
         ({"token_ids": [1], "sampling_params": {"logprobs": 1}}, 400, "sampling_params.logprobs"),
         ({"token_ids": [1], "sampling_params": {"temperature": "hot"}}, 400, "sampling_params.temperature"),
-        ({"token_ids": []}, 400, "token_ids"),
+        ({"sampling_params": {}, "token_ids": []}, 400, "token_ids"),
         ({"token_ids": [1, -5]}, 400, "token_ids"),
         ({"sampling_params": {}}, 400, "token_ids"),
-        ({"token_ids": [1], "output_mode": "text"}, 400, "output_mode"),
-        ({"token_ids": [1], "model": "nope"}, 404, "model"),
-        ({"token_ids": [1], "stream": True, "kv_transfer_params": P_LEG_KV}, 400, "stream"),
+        ({"sampling_params": {}, "token_ids": [1], "output_mode": "text"}, 400, "output_mode"),
+        ({"sampling_params": {}, "token_ids": [1], "model": "nope"}, 404, "model"),
+        ({"sampling_params": {}, "token_ids": [1], "stream": True, "kv_transfer_params": P_LEG_KV}, 400, "stream"),
     ],
 )
 def test_validation_errors_are_openai_shaped(engine, body, status, param):
@@ -191,7 +191,7 @@ def test_abort_stops_a_long_stream(engine, path):
     rid = f"long-{path.count('/')}"
     got, t0 = [], time.monotonic()
     with httpx.stream("POST", engine.url + GEN, headers={"X-Request-Id": rid},
-                      json={"token_ids": [90], "stream": True}, timeout=30) as r:
+                      json={"sampling_params": {}, "token_ids": [90], "stream": True}, timeout=30) as r:
         for line in r.iter_lines():
             if not line:
                 continue
@@ -213,7 +213,7 @@ def test_abort_non_stream_and_disconnect(engine):
 
     def call():
         result["r"] = httpx.post(engine.url + GEN, headers={"X-Request-Id": "ns"},
-                                 json={"token_ids": [90]}, timeout=30)
+                                 json={"sampling_params": {}, "token_ids": [90]}, timeout=30)
 
     t = threading.Thread(target=call)
     t.start()
@@ -224,12 +224,12 @@ def test_abort_non_stream_and_disconnect(engine):
     assert choice["finish_reason"] == "abort" and 0 < len(choice["token_ids"]) < 40
 
     # a client that hangs up, mid-stream or while waiting for JSON, aborts its request too
-    with httpx.stream("POST", engine.url + GEN, json={"token_ids": [90], "stream": True}, timeout=30) as r:
+    with httpx.stream("POST", engine.url + GEN, json={"sampling_params": {}, "token_ids": [90], "stream": True}, timeout=30) as r:
         for i, _ in enumerate(r.iter_lines()):
             if i == 4:
                 break
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(engine.url + GEN, json={"token_ids": [90]}, timeout=0.5)
+        httpx.post(engine.url + GEN, json={"sampling_params": {}, "token_ids": [90]}, timeout=0.5)
     deadline = time.monotonic() + 3
     while stats(engine)["requests_aborted"] < before + 3 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -241,7 +241,7 @@ def test_prefill_decode_handoff_across_processes(script_path):
     with EngineProcess("--scripted", script_path, role="prefill") as p, \
             EngineProcess("--scripted", script_path, role="decode") as d, \
             EngineProcess("--scripted", script_path) as both:
-        ref = httpx.post(both.url + GEN, json={"token_ids": prompt}).json()["choices"][0]
+        ref = httpx.post(both.url + GEN, json={"sampling_params": {}, "token_ids": prompt}).json()["choices"][0]
         p_resp = httpx.post(p.url + GEN, headers={"X-Request-Id": "pd"},
                             json={"token_ids": prompt, "kv_transfer_params": P_LEG_KV,
                                   "sampling_params": {"max_tokens": 1}}).json()
@@ -254,26 +254,26 @@ def test_prefill_decode_handoff_across_processes(script_path):
         assert p_resp["choices"][0]["finish_reason"] == "length"
 
         d_resp = httpx.post(d.url + GEN, headers={"X-Request-Id": "pd"},
-                            json={"token_ids": prompt, "kv_transfer_params": params}).json()
+                            json={"sampling_params": {}, "token_ids": prompt, "kv_transfer_params": params}).json()
         assert d_resp["choices"][0]["token_ids"] == ref["token_ids"] == [5, 6, 7, 8, 9]
         assert d_resp["metrics"] == {"kv_source": "remote", "kv_remote_tokens": 2, "kv_computed_prompt_tokens": 1}
         assert stats(d)["kv_loaded"] == 1 and stats(p)["kv_served"] == 1 and stats(p)["kv_leases_active"] == 0
         assert "render_service_engine_kv_loaded_total 1" in httpx.get(d.url + "/metrics").text
 
         # the snapshot was freed on fetch: a replay of the same params cannot load it
-        again = httpx.post(d.url + GEN, json={"token_ids": prompt, "kv_transfer_params": params})
+        again = httpx.post(d.url + GEN, json={"sampling_params": {}, "token_ids": prompt, "kv_transfer_params": params})
         assert again.status_code == 500 and again.json()["error"]["type"] == "InternalServerError"
         assert "KV transfer" in again.json()["error"]["message"]
         # a snapshot is only usable for the prompt it was computed for
         params2 = httpx.post(p.url + GEN, json={"token_ids": prompt, "kv_transfer_params": P_LEG_KV,
                                                 "sampling_params": {"max_tokens": 1}}).json()["kv_transfer_params"]
-        wrong = httpx.post(d.url + GEN, json={"token_ids": [11, 99, 13], "kv_transfer_params": params2})
+        wrong = httpx.post(d.url + GEN, json={"sampling_params": {}, "token_ids": [11, 99, 13], "kv_transfer_params": params2})
         assert wrong.status_code == 500 and "prefix" in wrong.json()["error"]["message"]
 
         # legs sent to the wrong role are refused up front
-        r = httpx.post(d.url + GEN, json={"token_ids": prompt, "kv_transfer_params": P_LEG_KV})
+        r = httpx.post(d.url + GEN, json={"sampling_params": {}, "token_ids": prompt, "kv_transfer_params": P_LEG_KV})
         assert r.status_code == 400 and r.json()["error"]["param"] == "kv_transfer_params"
-        r = httpx.post(p.url + GEN, json={"token_ids": prompt, "kv_transfer_params": params})
+        r = httpx.post(p.url + GEN, json={"sampling_params": {}, "token_ids": prompt, "kv_transfer_params": params})
         assert r.status_code == 400
 
 
@@ -291,14 +291,14 @@ def test_expired_lease_fail_and_recompute(script_path):
         time.sleep(1.0)
         assert stats(p)["kv_leases_active"] == 0 and stats(p)["kv_leases_expired"] == 2
 
-        r = httpx.post(d_fail.url + GEN, json={"token_ids": prompt, "kv_transfer_params": stale[0]})
+        r = httpx.post(d_fail.url + GEN, json={"sampling_params": {}, "token_ids": prompt, "kv_transfer_params": stale[0]})
         assert r.status_code == 500 and r.json()["error"]["code"] == 500
         events = sse_events(httpx.post(d_fail.url + GEN, json={
-            "token_ids": prompt, "kv_transfer_params": stale[0], "stream": True}).text)
+            "sampling_params": {}, "token_ids": prompt, "kv_transfer_params": stale[0], "stream": True}).text)
         assert events[-1] == "[DONE]" and events[0]["error"]["type"] == "InternalServerError"
         assert stats(d_fail)["kv_load_failed"] == 2
 
-        r = httpx.post(d_re.url + GEN, json={"token_ids": prompt, "kv_transfer_params": stale[1]})
+        r = httpx.post(d_re.url + GEN, json={"sampling_params": {}, "token_ids": prompt, "kv_transfer_params": stale[1]})
         body = r.json()
         assert body["choices"][0]["token_ids"] == [5, 6, 7, 8, 9]
         assert body["metrics"]["kv_source"] == "recompute" and "404" in body["metrics"]["kv_error"]
@@ -323,8 +323,8 @@ def test_register_adds_engine_subcommand():
 @pytest.mark.parametrize(
     ("script", "needle"),
     [
-        ('{"responses": [{"token_ids": []}]}', "must not be empty"),
-        ('{"responses": [{"token_ids": [1], "finish_reason": "abort"}]}', "finish_reason"),
+        ('{"responses": [{"sampling_params": {}, "token_ids": []}]}', "must not be empty"),
+        ('{"responses": [{"sampling_params": {}, "token_ids": [1], "finish_reason": "abort"}]}', "finish_reason"),
         ("[1, 2", "not valid JSON"),
     ],
 )
@@ -334,3 +334,20 @@ def test_bad_script_exits_with_message(tmp_path, script, needle):
     proc = subprocess.run([sys.executable, "-m", "reference_engine", "--scripted", str(path), "--port", "9"],
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert proc.returncode == 2 and needle in proc.stderr
+
+
+def test_refuses_what_vllms_generate_request_refuses(engine):
+    """vLLM 0.33's GenerateRequest schema (reference_engine/schemas) decides before our own model: a
+    structured_outputs object with null booleans passed our model but a real vLLM engine refuses it."""
+    so = {"json": None, "regex": "[0-9]+", "choice": None, "grammar": None, "json_object": None,
+          "disable_any_whitespace": None, "disable_additional_properties": None, "whitespace_pattern": None,
+          "structural_tag": None}
+    body = {"request_id": "schema", "token_ids": [5, 6], "sampling_params": {"max_tokens": 2, "structured_outputs": so}}
+    bad = httpx.post(engine.url + GEN, json=body, timeout=30)
+    assert bad.status_code == 400, bad.text
+    assert bad.json()["error"]["param"] == "sampling_params.structured_outputs.disable_additional_properties"
+    fixed = {**so, "disable_any_whitespace": False, "disable_additional_properties": False}
+    good = httpx.post(engine.url + GEN, json={**body, "sampling_params": {"max_tokens": 2, "structured_outputs": fixed}},
+                      timeout=30)
+    assert good.status_code != 400 or "GenerateRequest" not in good.text, good.text
+    assert httpx.post(engine.url + GEN, json={**body, "token_ids": "x"}, timeout=30).status_code == 400
