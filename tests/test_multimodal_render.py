@@ -75,6 +75,15 @@ def test_recorded_case(server, case):
     assert_equal_to_vllm(resp.json(), case["answer"])
 
 
+def test_answers_with_media_fit_vllms_generate_request_schema(server):
+    """An image + video answer validates against vLLM 0.33's own GenerateRequest JSON Schema."""
+    from test_vllm_corpus import schema_errors
+
+    for name in ("image_and_video", "video_payload_none"):
+        resp = post(server[0], record.resolve(BY_NAME[name]["request"]))
+        assert resp.status_code == 200 and schema_errors("GenerateRequest", resp.json()) == []
+
+
 @pytest.mark.parametrize("case", FRONT_DOORS, ids=[c["name"] for c in FRONT_DOORS])
 def test_responses_and_messages_images_equal_vllm(server, case):
     """``input_image`` (Responses) and ``image`` blocks (Messages): the same ids, hashes and tensors as vLLM."""
