@@ -574,3 +574,18 @@ def test_serve_exits_on_sigterm_despite_an_idle_pipe():
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_requests_past_the_in_flight_bound_are_refused_at_the_door():
+    """Bounded admission per worker: past max_inflight a request is answered 503 before
+    its body is read (the event loop's own queue is otherwise unbounded)."""
+    from render_service.config import ServeConfig
+    from render_service.server import build_app
+    from tests.conftest import serve_app
+
+    app, _, _ = build_app(ServeConfig())
+    app.state.ctx.admission.max_inflight = 0
+    with serve_app(app) as url:
+        r = httpx.post(url + "/v1/chat/completions/render", json=CHAT, timeout=30)
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"
+        assert httpx.get(url + "/health", timeout=10).status_code == 200

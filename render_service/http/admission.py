@@ -50,7 +50,8 @@ class Admission:
     Args:
         capacity: steps that may run at once (the pool's threads).
         max_queue_delay: seconds a step may wait to start before it gets `Overloaded`.
-        max_waiting: steps that may wait at once; more are refused at once.
+        max_waiting: steps that may wait at once; more are refused at once. Requests in
+            flight (parsed, validated, waiting, running) are bounded by capacity + max_waiting.
         wedge_after: seconds after which a full pool with no completion counts as wedged.
         window: seconds the busy fraction and queue delay are measured over.
     """
@@ -60,6 +61,10 @@ class Admission:
         self.capacity = capacity
         self.max_queue_delay = max_queue_delay
         self.max_waiting = max_waiting if max_waiting is not None else 8 * capacity
+        self.max_inflight = self.capacity + self.max_waiting
+        self.inflight = 0  # requests between arrival and answer (see AdmissionMiddleware)
+        self.loop_lag = 0.0  # how late the event loop runs its timers, seconds (see watch_loop)
+        self._watching = False
         self.wedge_after = wedge_after
         self.window = window
         self.running = 0
@@ -139,6 +144,31 @@ class Admission:
         raise Overloaded(f"Server is at capacity: the request could not start within "
                          f"{self.max_queue_delay * 1000:.0f} ms; retry shortly.")
 
+    def overloaded_at_the_door(self) -> bool:
+        """A new request should be refused before it costs anything: too many in flight, or
+        the event loop so far behind that a request would wait past the queue delay."""
+        self._watch_loop()
+        return self.inflight >= self.max_inflight or self.loop_lag > self.max_queue_delay
+
+    def _watch_loop(self, period: float = 0.05) -> None:
+        """Measure the event loop's lag: a timer every ``period`` s notes how late it ran.
+        Work queued on the loop itself (parsing, validation) is invisible to the pool's
+        queue; its lag is the same delay seen from the loop."""
+        if self._watching:
+            return
+        self._watching = True
+        loop = asyncio.get_running_loop()
+
+        def tick(expected: float) -> None:
+            now = loop.time()
+            late = max(0.0, now - expected)
+            self.loop_lag = late if late > self.loop_lag else 0.8 * self.loop_lag + 0.2 * late
+            if late > 0.001:
+                self._delays.append((time.monotonic(), late))
+            loop.call_at(now + period, tick, now + period)
+
+        loop.call_at(loop.time() + period, tick, loop.time() + period)
+
     # -- measurements --------------------------------------------------------------------
 
     def _account(self) -> None:
@@ -188,6 +218,39 @@ class Admission:
         return AdmissionCollector(self)
 
 
+class AdmissionMiddleware:
+    """Bounded admission at the door: a worker holds at most ``admission.max_inflight``
+    requests (POST, except long-lived pipes, which queue per step), and refuses new ones
+    while the event loop lags more than the queue delay. A refused request is answered 503
+    + ``Retry-After`` at once, before its body is read: when the event loop itself is the
+    bottleneck (parsing, validation), the pool's queue alone let requests wait without
+    bound in front of it (measured: p99 19.7 s at 3x load, 0.1 % refused)."""
+
+    def __init__(self, app, admission: Admission) -> None:
+        self.app, self.admission = app, admission
+
+    async def __call__(self, scope, receive, send) -> None:
+        a = self.admission
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"].endswith("/pipe"):
+            await self.app(scope, receive, send)
+            return
+        if a.overloaded_at_the_door():
+            a.rejected += 1
+            now = time.monotonic()
+            a._delays.append((now, a.max_queue_delay))  # a refusal counts as a full queue
+            body = b'{"error":{"message":"Server is at capacity; retry shortly.","type":"ServiceUnavailableError","param":null,"code":503}}'
+            await send({"type": "http.response.start", "status": 503, "headers": [
+                (b"content-type", b"application/json"), (b"retry-after", b"1"),
+                (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        a.inflight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            a.inflight -= 1
+
+
 class AdmissionCollector:
     """Exports an `Admission`'s gauges at scrape time."""
 
@@ -203,6 +266,7 @@ class AdmissionCollector:
             ("render_service_queue_delay_seconds", "longest wait to start over the last window", a.queue_delay()),
             ("render_service_pool_running", "CPU-pool steps running now", float(a.running)),
             ("render_service_pool_waiting", "CPU-pool steps waiting now", float(len(a._waiters))),
+            ("render_service_requests_inflight", "requests admitted and not yet answered", float(a.inflight)),
         ):
             gauge = GaugeMetricFamily(name, doc)
             gauge.add_metric([], value)
