@@ -66,10 +66,13 @@ def test_check_requires_features():
 @pytest.mark.skipif(not QWEN_VL.is_dir(), reason="../shared/models/qwen2.5-vl-instruct not present")
 def test_short_run_against_a_live_server(tmp_path):
     with render_server(str(QWEN_VL)) as url:
-        rc = main(["bench", "render-mm", "--target", url, "--tokenizer", str(QWEN_VL), "--max-requests", "4",
+        rc = main(["bench", "render-mm", "render-mm-route", "--target", url, "--tokenizer", str(QWEN_VL), "--max-requests", "4",
                    "--warmup", "1", "--concurrency", "2", "--quiet", "--out", str(tmp_path)])
     assert rc == 0
     doc = json.loads((tmp_path / "results.json").read_text())
-    (run,) = doc["workloads"][0]["runs"]
-    assert run["ok"] == run["issued"] >= 4 and run["error_total"] == 0
-    assert run["extra"]["images_total"] >= run["ok"]
+    assert [w["workload"] for w in doc["workloads"]] == ["render-mm", "render-mm-route"]
+    for workload in doc["workloads"]:
+        (run,) = workload["runs"]
+        assert run["ok"] == run["issued"] >= 4 and run["error_total"] == 0
+        assert run["extra"]["images_total"] >= run["ok"]
+    assert doc["workloads"][1]["params"]["mm_payload"] == "none"

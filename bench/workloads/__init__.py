@@ -5,9 +5,9 @@ from __future__ import annotations
 from .base import Call, InvalidResponse, Probe, Session, Workload
 from .derender import Derender, StreamDerender
 from .four_hop import FourHop
-from .multimodal import RenderMM
+from .multimodal import RenderMM, RenderMMRoute
 from .render import AgentLoop, RenderLong
 
-WORKLOADS: dict[str, type[Workload]] = {w.name: w for w in (RenderLong, AgentLoop, Derender, StreamDerender, FourHop, RenderMM)}
+WORKLOADS: dict[str, type[Workload]] = {w.name: w for w in (RenderLong, AgentLoop, Derender, StreamDerender, FourHop, RenderMM, RenderMMRoute)}
 
 __all__ = ["WORKLOADS", "Call", "InvalidResponse", "Probe", "Session", "Workload"]

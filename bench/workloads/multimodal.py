@@ -9,8 +9,9 @@ pool's, but the file bytes differ, so every image's ``mm_hash`` is new and no pr
 on any server can help (a cold render, the expensive case). Same index → same request on
 every target, so ours and vLLM's ``vllm launch render`` get identical bodies.
 
-Figures beyond req/s, latency and server CPU per request: images per request, rendered
-prompt tokens, and the answer size (the pixel payload dominates it: ``mm_payload`` tensors).
+Figures beyond req/s, latency and server CPU per request: images per request and rendered
+prompt tokens. ``render-mm-route`` sends the same requests with ``mm_payload: "none"`` (a
+router that only needs ids, hashes and placeholders: no pixels in the answer).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class RenderMM(Workload):
     """Chat render with 1–4 fresh images per request (see the module docstring)."""
 
     name = "render-mm"
+    mm_payload = "tensors"
 
     def __init__(self, seed: int = 0, min_images: int = 1, max_images: int = 4) -> None:
         self.seed, self.min_images, self.max_images = seed, min_images, max_images
@@ -96,10 +98,13 @@ class RenderMM(Workload):
                  for _, data in self.images(index)]
         body = {"messages": [{"role": "user", "content": [*parts, {"type": "text", "text": QUESTION}]}],
                 "max_completion_tokens": 256}
+        if self.mm_payload != "tensors":
+            body["mm_payload"] = self.mm_payload
         yield Call(RENDER_PATH, with_model(body, self.model), check=check_render_mm)
 
     def params(self) -> dict:
         return {"sizes": [f"{w}x{h}" for w, h in SIZES], "images_per_request": [self.min_images, self.max_images],
+                "mm_payload": self.mm_payload,
                 "encoding": "JPEG q90 data URLs, unique bytes per image (cold processor caches)"}
 
     def context_tokens(self) -> int:
@@ -114,3 +119,11 @@ class RenderMM(Workload):
     def rows(self, extra: dict) -> list[tuple[str, float | None, str]]:
         return [("images per request (mean)", extra.get("images_per_request_mean"), ".2f"),
                 ("rendered prompt tokens (max)", extra.get("prompt_tokens_max"), "d")]
+
+
+class RenderMMRoute(RenderMM):
+    """``render-mm`` with ``mm_payload: "none"``: what a router that only routes asks for
+    (token ids, hashes and placeholders; no pixels in the answer)."""
+
+    name = "render-mm-route"
+    mm_payload = "none"
