@@ -11,9 +11,13 @@ instead (``tool_parsers/utils.py::get_json_schema_from_tools``): an array of
 ``{name, parameters}`` for ``required``, the tool's parameters for a named tool. Every shape
 here is checked against vLLM's own output in ``tests/fixtures/vllm/recorded/structural-tags.json``.
 
-A family with neither (``mistral``, which vLLM constrains only with its own tokenizer's
-grammar, or a tag model not built here) leaves the request unconstrained; `ToolConstraint.note`
-says so and the render route reports it in the ``X-Tool-Choice-Unconstrained`` header.
+Built here: hermes (``qwen3_json``), longcat, llama (``llama3_json``/``llama4_json``),
+qwen_3_coder (``qwen3_xml``/``qwen3_coder``), deepseek_r1 (``deepseek_v3``), deepseek_v3_1,
+kimi, minimax, glm_4_7 (``glm45``/``glm47``, which pins argument keys and value types even
+for non-strict tools) and harmony (``openai``). A family with neither a tag nor a JSON
+answer (``mistral``, which vLLM constrains only with its own tokenizer's grammar) leaves the
+request unconstrained; `ToolConstraint.note` says so and the render route reports it in the
+``X-Tool-Choice-Unconstrained`` header.
 """
 
 from __future__ import annotations
@@ -155,6 +159,88 @@ def _minimax(tools: Tools, choice: str) -> dict:
     return _seq(_const("\n<minimax:tool_call>\n"), calls, _const("</minimax:tool_call>"))
 
 
+# ---- GLM-4.7 (vLLM-owned builder): non-strict tools pin keys and basic value types ------------
+_GLM_EXCLUDES = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+                 "</arg_value>"]
+
+
+def _any_text(excludes: list[str] | None = None) -> dict:
+    return {"type": "any_text", "excludes": list(excludes or []), "max_tokens": None, "max_chars": None}
+
+
+def _or(elements: list[dict]) -> dict:
+    return elements[0] if len(elements) == 1 else {"type": "or", "elements": elements}
+
+
+def _glm_value(prop: dict) -> dict:
+    if "enum" in prop:
+        return _or([_const(v if isinstance(v, str) else json.dumps(v)) for v in prop["enum"]])
+    kind = prop.get("type")
+    if isinstance(kind, list):
+        values = [_glm_value({"type": t}) for t in kind if t != "string"]
+        if "string" in kind:
+            values.append(_any_text(_GLM_EXCLUDES))
+        return _or(values)
+    if kind in (None, "string"):
+        return _any_text(_GLM_EXCLUDES)
+    return _json({"type": kind})
+
+
+def _glm_plain_properties(params: dict) -> dict | None:
+    properties = params.get("properties")
+    if (not isinstance(properties, dict) or not properties or params.get("additionalProperties") is True
+            or any(k in params for k in ("$ref", "allOf", "anyOf", "oneOf", "patternProperties"))):
+        return None
+    return properties
+
+
+def _glm_tag(name: str, schema: Any, params: dict | None) -> dict:
+    begin = f"<tool_call>{name}"
+    if schema is not True:  # strict: the whole argument schema, GLM's XML style
+        return _tag(begin, _json(schema, "glm_xml"), "</tool_call>")
+    properties = _glm_plain_properties(params or {})
+    if properties is None:
+        return _tag(begin, _json(True, "glm_xml"), "</tool_call>")
+    pairs = [_seq(_const(f"<arg_key>{key}</arg_key><arg_value>"), _glm_value(prop), _const("</arg_value>"))
+             for key, prop in properties.items()]
+    return _tag(begin, {"type": "star", "content": _or(pairs)}, "</tool_call>")
+
+
+def _glm(tools: Tools, choice: str, params: dict[str, dict | None]) -> dict:
+    tags = [_glm_tag(name, schema, params.get(name)) for name, schema in tools]
+    if tools and all(schema is not True for _, schema in tools):
+        # every tool strict: xgrammar's builtin glm_4_7 tag
+        if choice == "forced":
+            return tags[0]
+        return _triggered(["<tool_call>"], tags, at_least_one=choice == "required",
+                          excludes=[e for e in _GLM_EXCLUDES if e != "<tool_call>"])
+    if choice == "auto":
+        return _triggered(["<tool_call>"], tags, excludes=[e for e in _GLM_EXCLUDES if e != "<tool_call>"])
+    return _separated(tags, "", at_least_one=True, stop_after_first=choice == "forced")
+
+
+# ---- Harmony (gpt-oss; vLLM-owned builder in parser/harmony.py) ---------------------------------
+_HARMONY_END = ["<|end|>", ""]   # <|return|>/<|call|> are stop tokens, written as "" for xgrammar
+_HARMONY_CHANNELS = ["<|channel|>commentary", "<|channel|>analysis", "<|channel|>final"]
+_HARMONY_CONSTRAINS = [" json", " <|constrain|>json"]
+_HARMONY_BEGINS = [" to=functions.{name}{channel}{constrain}<|message|>",
+                   "{channel} to=functions.{name}{constrain}<|message|>"]
+
+
+def _harmony(tools: Tools, choice: str) -> dict:
+    tags = [_tag(pattern.format(name=name, channel=channel, constrain=constrain), _json(schema), _HARMONY_END)
+            for name, schema in tools for pattern in _HARMONY_BEGINS for constrain in _HARMONY_CONSTRAINS
+            for channel in _HARMONY_CHANNELS]
+    if choice == "auto":
+        tags += [_tag(f"<|channel|>final{constrain}<|message|>", _any_text(), _HARMONY_END)
+                 for constrain in [*_HARMONY_CONSTRAINS, ""]]
+
+    def preamble(channel: str) -> dict:
+        return {"type": "optional", "content": _seq(_tag(f"<|channel|>{channel}<|message|>", _any_text(), "<|end|>"),
+                                                    _const("<|start|>assistant"))}
+    return _seq(preamble("analysis"), preamble("commentary"), {"type": "or", "elements": tags})
+
+
 BUILDERS: dict[str, Callable[[Tools, str], dict]] = {
     "hermes": _hermes_style("<tool_call>", "</tool_call>"),
     "longcat": _hermes_style("<longcat_tool_call>", "</longcat_tool_call>"),
@@ -166,7 +252,12 @@ BUILDERS: dict[str, Callable[[Tools, str], dict]] = {
     "deepseek_v3_1": _deepseek(lambda n: f"<｜tool▁call▁begin｜>{n}<｜tool▁sep｜>", "<｜tool▁call▁end｜>", ""),
     "kimi": _kimi,
     "minimax": _minimax,
+    "harmony": _harmony,
 }
+# Builders that also read each tool's parameter schema when the tool is not strict.
+SCHEMA_BUILDERS = {"glm_4_7": _glm}
+# Tool parsers whose vLLM class raises the strictness floor (`default_tool_strict_level`).
+DEFAULT_STRICT_LEVEL = {"glm45": 1, "glm47": 1}
 
 
 def limit_to_single_call(node: Any) -> Any:
@@ -217,7 +308,7 @@ def tool_constraint(parser: str | None, req, tool_choice: str | dict, strict_lev
         return ToolConstraint(None, False, f"{parser} has no fixed call syntax to enforce; tool_choice "
                                            f"{'named' if forced else choice} is passed unconstrained")
     single_call = req.parallel_tool_calls is False
-    level = STRICT_LEVELS.index(strict_level)
+    level = STRICT_LEVELS.index(strict_level) if strict_level != "auto" else DEFAULT_STRICT_LEVEL.get(parser, 0)
     own = _has_own_constraint(req)
     if single_call and not (choice == "auto" and own):
         level = max(level, 1)
@@ -229,6 +320,9 @@ def tool_constraint(parser: str | None, req, tool_choice: str | dict, strict_lev
         # the request's constraint (what vLLM also does when no tool is strict).
         return KEEP
     builder = BUILDERS.get(model)
+    if model in SCHEMA_BUILDERS:
+        params = {(t.get("function") or {})["name"]: (t.get("function") or {}).get("parameters") for t in tools}
+        builder = lambda args, choice: SCHEMA_BUILDERS[model](args, choice, params)  # noqa: E731
     if builder is None:
         if choice == "auto":
             return KEEP
