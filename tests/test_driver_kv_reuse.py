@@ -10,6 +10,7 @@ first diverging token, with the reason in the response headers.
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
@@ -142,3 +143,33 @@ def test_other_conversations_and_plain_requests_are_untouched(setup):
     assert r.status_code == 200 and "x-kv-reuse" not in r.headers
     _, headers = ask(setup, msgs, "conv-c", stream=False)
     assert headers["x-kv-reuse"] == "no_history"
+
+
+def test_fallbacks_end_to_end_give_a_full_prefill_and_the_same_output():
+    """An expired lease, and a decode engine that died holding the KV: full prefill, same answer."""
+    with EngineProcess(*ONE_CORE, role="prefill") as p, \
+            EngineProcess(*ONE_CORE, "--kv-lease-duration", "0.3", role="decode") as d_short, \
+            EngineProcess(*ONE_CORE, role="decode") as d_a, EngineProcess(*ONE_CORE, role="decode") as d_b, \
+            EngineProcess(*ONE_CORE, role="both") as both:
+        for decodes, case in (((d_short.url,), "expired"), ((d_a.url, d_b.url), "gone")):
+            driver, _ = build_driver(DriverConfig(prefill=(p.url,), decode=decodes, serve=ServeConfig(),
+                                                  kv_reuse=True))
+            with serve_app(create_app(driver)) as url:
+                setup = {"url": url, "driver": driver}
+                first = [{"role": "user", "content": "What is the capital of France?"}]
+                answer, _ = ask(setup, first, f"conv-{case}", stream=False)
+                held_by = driver.kv_reuse.table.get(f"conv-{case}").decode_url
+                if case == "expired":
+                    time.sleep(1.0)
+                else:
+                    (d_a if held_by == d_a.url else d_b).kill()
+                second = first + [{"role": "assistant", "content": answer["text"]},
+                                  {"role": "user", "content": "And of Italy?"}]
+                answer2, headers = ask(setup, second, f"conv-{case}", stream=True)
+                prompt = answer2["prompt_token_ids"]
+                assert headers["x-kv-reuse"] == ("lease_expired" if case == "expired" else "pull_failed")
+                assert headers["x-prefill-pulled-tokens"] == "0"
+                assert int(headers["x-prefill-computed-tokens"]) == len(prompt)
+                fresh = httpx.post(both.url + "/inference/v1/generate", timeout=120, json={
+                    "token_ids": prompt, "sampling_params": {"temperature": 0, "max_tokens": 24}}).json()
+                assert answer2["token_ids"] == fresh["choices"][0]["token_ids"]

@@ -141,7 +141,7 @@ class KVReuse:
     2. `prepare`: takes that figure off the rendered request (engines do not take it),
        decides with `plan_reuse`, sets the leg's pull (prefill) and ``retain_kv`` (decode),
        and has the leg report its outcome in response headers:
-       ``x-kv-reuse`` (``pulled`` or the fallback reason), ``x-continuity``
+       ``x-kv-reuse`` (``pulled``, ``pull_failed`` or the fallback reason), ``x-continuity``
        (``common=…; held=…; reason=…``), ``x-prefill-pulled-tokens`` and
        ``x-prefill-computed-tokens`` (from prefill's own metrics);
     3. `finish`: records the turn — prompt, output, decode instance, lease — for the next.
@@ -185,18 +185,24 @@ class KVReuse:
             self.continuity.labels(figure.get("reason") or "extends").observe(common / held if held else 1.0)
             headers["x-continuity"] = f"common={common}; held={held}; reason={figure.get('reason') or 'none'}"
         plan = plan_reuse(turn, common, len(leg.prompt), self.decode_urls, self.table.clock())
-        self.outcomes.labels(plan.fallback or "pulled").inc()
-        headers["x-kv-reuse"] = plan.fallback or "pulled"
+        if plan.fallback is not None:
+            self.outcomes.labels(plan.fallback).inc()
+            headers["x-kv-reuse"] = plan.fallback
         leg.pull, leg.retain, leg.report = plan.pull, True, headers
         return plan
 
     def observe_prefill(self, leg: "Leg", metrics: dict | None) -> None:
-        """Prefill's own figures → the response headers and the pulled-token counter."""
-        if not isinstance(metrics, dict):
-            return
-        pulled = int(metrics.get("kv_remote_tokens") or 0)
+        """Prefill's own figures → the response headers and the counters. A planned pull that
+        prefill could not use (the decode engine is gone, the handle was taken) is
+        ``pull_failed``: prefill computed the whole prompt."""
+        pulled = int(metrics.get("kv_remote_tokens") or 0) if isinstance(metrics, dict) else 0
+        if leg.pull is not None:
+            outcome = "pulled" if pulled else "pull_failed"
+            self.outcomes.labels(outcome).inc()
+            if leg.report is not None:
+                leg.report["x-kv-reuse"] = outcome
         self.pulled_tokens.inc(pulled)
-        if leg.report is not None:
+        if leg.report is not None and isinstance(metrics, dict):
             leg.report["x-prefill-pulled-tokens"] = str(pulled)
             leg.report["x-prefill-computed-tokens"] = str(metrics.get("kv_computed_prompt_tokens"))
 
