@@ -68,6 +68,7 @@ class RenderMM(Workload):
 
     name = "render-mm"
     mm_payload = "tensors"
+    ticket_base = 0   # each workload its own images: one run's does not warm the caches for the next
 
     def __init__(self, seed: int = 0, min_images: int = 1, max_images: int = 4) -> None:
         self.seed, self.min_images, self.max_images = seed, min_images, max_images
@@ -90,7 +91,7 @@ class RenderMM(Workload):
         for k in range(rng.randint(self.min_images, self.max_images)):
             size = rng.choice(SIZES)
             jpeg = self.pool[size][rng.randrange(POOL_PER_SIZE)]
-            out.append((size, with_ticket(jpeg, index * 8 + k)))
+            out.append((size, with_ticket(jpeg, self.ticket_base + index * 8 + k)))
         return out
 
     def session(self, index: int) -> Session:
@@ -127,3 +128,4 @@ class RenderMMRoute(RenderMM):
 
     name = "render-mm-route"
     mm_payload = "none"
+    ticket_base = 500_000_000_000
