@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import orjson
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..policy import effective_tool_choice
@@ -34,7 +36,12 @@ def routes(ctx: AppContext) -> list[Route]:
         ctx.metrics.rendered(request.url.path, out)
         note = chat_tool_constraint(ctx.config, req, effective_tool_choice(req.tool_choice, req.tools)).note
         # a forced call nothing will enforce (render.tool_constraints): say so rather than fail
-        return JSONResponse(out, headers={TOOL_CHOICE_UNCONSTRAINED: note} if note else None)
+        headers = {TOOL_CHOICE_UNCONSTRAINED: note} if note else None
+        if (out.get("features") or {}).get("kwargs_data"):
+            # megabytes of base64 pixels: serialize on the pool, not on the event loop
+            body = await ctx.run_cpu(orjson.dumps, out, deadline=False)
+            return Response(body, media_type="application/json", headers=headers)
+        return JSONResponse(out, headers=headers)
 
     async def completion(request: Request) -> JSONResponse:
         req = validate(CompletionRequest, await read_json(request, ctx.config.max_body_bytes))
