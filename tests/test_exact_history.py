@@ -93,3 +93,36 @@ def test_refusals_and_close():
                      decode)
     assert remaining_close("Hello<|im_end|>", "<|im_end|>\n") == "\n"
     assert remaining_close("Hello", "<|im_end|>\n") == "<|im_end|>\n"
+
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00<>"), min_size=1, max_size=40)
+
+
+@pytest.mark.parametrize("model,eos", [("qwen3", "<|im_end|>"), ("llama-3.1-instruct", "<|eot_id|>")])
+def test_prefix_property_on_random_loops(model, eos):
+    """Any loop of turns — any text, answers that end with the stop token or are cut off —
+    gives prompts that each start with the previous prompt + output, and whose appended
+    part is exactly the template's text for the new message (after the closing text)."""
+    tok = transformers.AutoTokenizer.from_pretrained(str(MODELS / model))
+    render, encode, decode = tools_for(tok)
+    gen_tail = render([{"role": "user", "content": "QQQ"}], True).split("QQQ")[-1]  # end of turn + generation prompt
+
+    @settings(max_examples=25, deadline=None)
+    @given(st.lists(st.tuples(TEXT, TEXT, st.booleans()), min_size=1, max_size=4))
+    def run(turns):
+        messages = [{"role": "user", "content": "Start."}]
+        held = HeldSequence(template_ids(tok, messages), [])
+        for answer, user, stopped in turns:
+            held = HeldSequence(held.prompt_token_ids, encode(answer + (eos if stopped else "")))
+            messages = [*messages, {"role": "assistant", "content": answer}, {"role": "user", "content": user}]
+            prompt, appended = exact_prompt(held, messages, render, encode, decode)
+            assert prompt[: len(held.token_ids)] == held.token_ids
+            assert decode(prompt[len(held.token_ids):]) == appended
+            assert user in appended and appended.endswith(gen_tail)
+            assert appended.startswith(eos) != stopped  # the closing stop token is added exactly when the answer lacked it
+            held = HeldSequence(prompt, [])
+
+    run()
