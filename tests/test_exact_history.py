@@ -121,7 +121,7 @@ def test_prefix_property_on_random_loops(model, eos):
             prompt, appended = exact_prompt(held, messages, render, encode, decode)
             assert prompt[: len(held.token_ids)] == held.token_ids
             assert decode(prompt[len(held.token_ids):]) == appended
-            assert user in appended and appended.endswith(gen_tail)
+            assert user.strip() in appended and appended.endswith(gen_tail)  # Llama trims content
             assert appended.startswith(eos) != stopped  # the closing stop token is added exactly when the answer lacked it
             held = HeldSequence(prompt, [])
 
