@@ -21,8 +21,8 @@ from ..wire.openai import ChatCompletionRequest
 from .media import MediaInput
 from .messages import history_tool_call_count, prepare_messages
 from .request import (
-    check_logprobs, check_min_tokens, generate_request, refuse_beam_search, resolve_max_tokens, sampling_params,
-    token_offsets, truncate,
+    check_logprobs, check_min_tokens, check_prompt_chars, generate_request, refuse_beam_search, resolve_max_tokens,
+    sampling_params, token_offsets, truncate,
 )
 from .tool_constraints import ToolConstraint, tool_constraint
 from .turns import assistant_tokens_mask, fields as turn_fields, render_turn
@@ -160,6 +160,7 @@ def _render_and_encode(
     except TemplateRenderError as exc:
         raise bad_request(f"Chat template error: {exc}", "messages") from None
 
+    text = check_prompt_chars(bundle, text, req.truncate_prompt_tokens, req.truncation_side)
     if sanitizer is None:
         token_ids = bundle.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
         if req.add_special_tokens:

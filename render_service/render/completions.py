@@ -10,7 +10,8 @@ from ..model import ModelBundle
 from ..policy import skip_special_tokens
 from ..wire.openai import CompletionRequest
 from .request import (
-    check_logprobs, check_min_tokens, generate_request, refuse_beam_search, resolve_max_tokens, sampling_params, truncate,
+    check_logprobs, check_min_tokens, check_prompt_chars, generate_request, refuse_beam_search, resolve_max_tokens,
+    sampling_params, truncate,
 )
 
 
@@ -35,6 +36,7 @@ def render_completion(
                                default=bool(bundle.generation_config.get("skip_special_tokens", True)))
     for i, prompt in enumerate(prompts):
         if isinstance(prompt, str):
+            prompt = check_prompt_chars(bundle, prompt, req.truncate_prompt_tokens, req.truncation_side)
             token_ids = bundle.tokenizer.encode(prompt, add_special_tokens=req.add_special_tokens)
         else:
             check_token_ids(prompt, vocab, "prompt")

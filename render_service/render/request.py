@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import secrets
 from typing import Any
 
@@ -146,3 +147,33 @@ def generate_request(
         "kv_transfer_params": kv,
         "ec_transfer_params": ec,
     }
+
+
+@functools.lru_cache(maxsize=8)
+def max_chars_per_token(tokenizer: Any) -> int:
+    """Longest token string of the vocabulary, in characters (vLLM's
+    ``tokenizer.max_chars_per_token``: ``max(len(tok) for tok in get_vocab())``)."""
+    return max((len(tok) for tok in tokenizer.hf.get_vocab()), default=1)
+
+
+def check_prompt_chars(bundle: ModelBundle, text: str, truncate_prompt_tokens: int | None,
+                       truncation_side: str | None = None) -> str:
+    """vLLM's check before tokenizing: a prompt longer than ``max_model_len`` tokens of the
+    longest token can only be refused, so it is refused before the tokenizer spends seconds
+    and hundreds of MB on it (a 16 M-character prompt cost 8.4 s and 531 MB before its 400).
+    With truncation and an explicit side the text is pre-trimmed instead, as vLLM does.
+
+    Raises:
+        OpenAIError: 400 with param ``input_text``.
+    """
+    limit = bundle.max_model_len * max_chars_per_token(bundle.tokenizer)
+    if len(text) <= limit:
+        return text
+    if truncate_prompt_tokens is None:
+        raise bad_request(
+            f"This model's maximum context length is {bundle.max_model_len} tokens. However, your prompt contains "
+            f"{len(text)} characters (more than {limit} characters, which is the upper bound for "
+            f"{bundle.max_model_len} input tokens). Please reduce the length of the input prompt.", "input_text")
+    if truncation_side is not None:
+        return text[-limit:] if truncation_side == "left" else text[:limit]
+    return text
