@@ -163,7 +163,7 @@ FORMATS.update({f.name: f for f in (
                     families="DeepSeek V4.1 (thinking unless turned off)"),
     ReasoningFormat("poolside_v1", on_kwargs=_THINK_FLAGS, families="Poolside v1 (deepseek_v3 rules)"),
     ReasoningFormat("cohere_command4", start=("<|START_THINKING|>",), end=("<|END_THINKING|>",),
-                    default_on=False, families="Command A reasoning (Command 4)"),
+                    families="Command A reasoning (Command 4)"),
     ReasoningFormat("cohere_command3", start=("<|START_THINKING|>",), end=("<|END_THINKING|>",),
                     default_on=False, families="Command R7B / R+ (Command 3)"),
     # ERNIE and Hunyuan-A13B wrap the answer (<response>, <answer>): the end markers take the
@@ -185,7 +185,7 @@ FORMATS.update({f.name: f for f in (
                     end=("</ifm|think>", "</ifm|think_fast>", "</ifm|think_faster>"), off_kwargs=(),
                     families="K2 Horizon (effort-specific tags)"),
     ReasoningFormat("mimo", families="MiMo (thinking on by default)"),
-    ReasoningFormat("minicpmv", default_on=False, families="MiniCPM-V (thinking off by default)"),
+    ReasoningFormat("minicpmv", families="MiniCPM-V"),
     ReasoningFormat("minimax_m3", start=("<mm:think>",), end=("</mm:think>",), default_on=False,
                     families="MiniMax M3"),
     ReasoningFormat("nemotron_v3", trim_trailing=True, families="Nemotron 3 (Qwen3 markers)"),
