@@ -18,7 +18,7 @@ or length of the stop strings; a naive ``find`` per stop costs their product per
 which let one request stall the event loop (issue 14 §2). The automaton's state *is* the
 held suffix (the longest suffix of the text that is a proper prefix of a stop string is
 the deepest trie node with children on the failure chain), so the exported state stays
-the held text and a state from any replica resumes exactly. pyahocorasick was measured
+the held text and a state from any replica resumes exactly. pyahocorasick was tried
 and not used: it keeps its automaton state private, and the held suffix needs it.
 
 Limits (checked before any automaton is built; vLLM has none, OpenAI allows 4 strings):
