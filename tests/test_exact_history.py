@@ -8,7 +8,7 @@ import pytest
 
 from conftest import MODELS, needs_shared
 from render_service.continuity import HeldSequence
-from render_service.exact_history import HistoryError, exact_prompt, remaining_close
+from render_service.render.exact_history import HistoryError, exact_prompt, remaining_close
 
 pytestmark = needs_shared
 transformers = pytest.importorskip("transformers", reason="oracle for prompts")

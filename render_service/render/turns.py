@@ -10,7 +10,7 @@ conversation:
   prompt with that sequence and why it ends early. Observed in the Prometheus histogram
   ``render_service_continuity_common_prefix_ratio{reason}``.
 - ``token_exact_history: true`` (or ``serve --token-exact-history``) — the prompt is the
-  held ids + the template's text for the new messages (`render_service.exact_history`),
+  held ids + the template's text for the new messages (`render_service.render.exact_history`),
   so it extends the previous turn token for token; it needs ``previous_turn``.
   ``token_offsets`` is null then (the held part has no template text, as for pre-tokenized
   prompts in vLLM).
@@ -23,7 +23,8 @@ from typing import Any
 
 from prometheus_client import Histogram
 
-from .. import continuity, exact_history
+from .. import continuity
+from . import exact_history
 from ..config import ServeConfig
 from ..errors import bad_request, check_token_ids
 from ..model import ModelBundle

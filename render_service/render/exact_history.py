@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from .continuity import HeldSequence
+from ..continuity import HeldSequence
 
 # Stub exchange the new messages are rendered after. Plain words: no template treats them specially.
 STUB_USER = "stub question"
