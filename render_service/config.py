@@ -36,6 +36,7 @@ class ServeConfig:
     # Media for vision-language models (issue 13; flags in multimodal/flags.py)
     allowed_local_media_path: str | None = None    # file:// URLs only beneath it (vLLM's flag)
     allow_remote_media: bool = False               # fetch http(s) URLs at all (vLLM always does)
+    allowed_media_domains: tuple[str, ...] = ()    # only these hosts (vLLM's flag); implies remote fetches
     media_fetch_timeout: float = 5.0               # seconds per remote fetch (vLLM VLLM_IMAGE_FETCH_TIMEOUT)
     max_media_bytes: int = 20 * 1024 * 1024
     media_max_redirects: int = 3

@@ -221,6 +221,15 @@ def test_remote_fetch_limits(media_host):
             assert resp.status_code == 400, (path, resp.text)
 
 
+def test_allowed_media_domains(media_host):
+    """Only the listed hostnames are fetched (giving them enables fetching, as in vLLM)."""
+    with vl_server(allowed_media_domains=("127.0.0.1",)) as url:
+        assert post(url, image_body(f"{media_host}/img")).status_code == 200
+        other = media_host.replace("127.0.0.1", "localhost")
+        resp = post(url, image_body(f"{other}/img"))
+        assert resp.status_code == 400 and "allowed domains" in resp.json()["error"]["message"]
+
+
 def test_slow_remote_image_does_not_stall_other_requests(media_host):
     """A request whose image URL hangs is pending while other image requests are answered."""
     fast_body = image_body(test_media.image_url("rgb_224"))

@@ -35,6 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="directory file:// media URLs must lie under (default: file:// refused)")
     g.add_argument("--allow-remote-media", action="store_true",
                    help="fetch http(s) media URLs (off by default: a render tier that fetches any URL is an SSRF hole)")
+    g.add_argument("--allowed-media-domains", nargs="+", default=None, metavar="HOST",
+                   help="only these hostnames (exact) may be fetched, redirects included; implies remote fetches")
     g.add_argument("--media-fetch-timeout", type=float, default=5.0, help="seconds for one remote fetch, connect to last byte")
     g.add_argument("--max-media-bytes", type=int, default=20 * 1024 * 1024, help="largest encoded media item")
     g.add_argument("--media-max-redirects", type=int, default=3, help="redirects followed on a remote fetch")
@@ -53,6 +55,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "allowed_local_media_path": args.allowed_local_media_path,
         "allow_remote_media": args.allow_remote_media,
+        "allowed_media_domains": tuple(args.allowed_media_domains or ()),
         "media_fetch_timeout": args.media_fetch_timeout,
         "max_media_bytes": args.max_media_bytes,
         "media_max_redirects": args.media_max_redirects,
@@ -71,6 +74,7 @@ def from_serve_config(config: Any) -> MultimodalConfig:
         limits=MediaLimits(
             allowed_local_media_path=config.allowed_local_media_path,
             allow_remote=config.allow_remote_media,
+            allowed_domains=tuple(config.allowed_media_domains or ()),
             max_bytes=config.max_media_bytes,
             fetch_timeout_s=config.media_fetch_timeout,
             max_redirects=config.media_max_redirects,

@@ -32,6 +32,9 @@ class MediaLimits:
     Attributes:
         allowed_local_media_path: directory ``file://`` URLs must lie under; None refuses them.
         allow_remote: fetch ``http(s)://`` URLs at all.
+        allowed_domains: when non-empty, the only hostnames (exact match, as vLLM's
+            ``--allowed-media-domains``) a fetch or any of its redirects may reach; giving
+            them also allows remote fetches.
         max_bytes: largest encoded media item, any source (bytes).
         fetch_timeout_s: wall-clock bound on one remote fetch, connect to last byte (seconds).
         max_redirects: redirects followed on a remote fetch.
@@ -39,6 +42,7 @@ class MediaLimits:
 
     allowed_local_media_path: str | None = None
     allow_remote: bool = False
+    allowed_domains: tuple[str, ...] = ()
     max_bytes: int = 20 * 1024 * 1024
     fetch_timeout_s: float = 5.0
     max_redirects: int = 3
@@ -121,7 +125,7 @@ async def fetch_remote(url: str, limits: MediaLimits, client: httpx.AsyncClient,
         OpenAIError: 400 when remote media is disabled, on a non-2xx answer, a timeout, a
         connection error, too many redirects, or an oversize body.
     """
-    if not limits.allow_remote:
+    if not (limits.allow_remote or limits.allowed_domains):
         raise bad_request("Fetching remote media URLs is disabled on this server (`--allow-remote-media`).", param)
     try:
         async with asyncio.timeout(limits.fetch_timeout_s):
@@ -132,8 +136,16 @@ async def fetch_remote(url: str, limits: MediaLimits, client: httpx.AsyncClient,
         raise bad_request(f"Fetching the media URL failed: {type(exc).__name__}.", param) from None
 
 
+def _check_domain(url: str, limits: MediaLimits, param: str | None) -> None:
+    host = urlsplit(url).hostname
+    if limits.allowed_domains and host not in limits.allowed_domains:
+        raise bad_request(f"The URL must be from one of the allowed domains: {list(limits.allowed_domains)}. "
+                          f"Input URL domain: {host}", param)
+
+
 async def _fetch(url: str, limits: MediaLimits, client: httpx.AsyncClient, param: str | None) -> MediaBytes:
     for _ in range(limits.max_redirects + 1):
+        _check_domain(url, limits, param)
         async with client.stream("GET", url, follow_redirects=False) as resp:
             if resp.is_redirect:
                 url = str(resp.url.join(resp.headers.get("location", "")))

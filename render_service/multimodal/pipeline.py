@@ -110,7 +110,7 @@ class MultimodalRenderer:
     # ---- loading -------------------------------------------------------------------------
 
     def _http(self) -> httpx.AsyncClient | None:
-        if not self.config.limits.allow_remote:
+        if not (self.config.limits.allow_remote or self.config.limits.allowed_domains):
             return None
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=self.config.limits.fetch_timeout_s, trust_env=False)
