@@ -200,7 +200,9 @@ def test_cache_counts_encodings():
     cache.put("h", entry)
     kwargs_b64, _ = cache.encodings("h", entry)
     assert kwargs_b64 and base64.b64decode(kwargs_b64)
-    assert cache.size_bytes == 100 + len(kwargs_b64)
+    assert entry.item is None and entry.num_tokens == 1          # the tensors give way to their encoding
+    assert cache.size_bytes == len(kwargs_b64)
+    assert cache.encodings("h", entry) == (kwargs_b64, None)     # no field is metadata: null, as vLLM
 
 
 def test_compiled_and_numpy_resize_agree():

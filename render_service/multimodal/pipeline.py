@@ -83,7 +83,7 @@ class LoadedItem:
 
     @property
     def num_tokens(self) -> int:
-        return self.entry.item.num_tokens
+        return self.entry.num_tokens
 
 
 class MultimodalRenderer:
