@@ -9,7 +9,9 @@ reports, side by side:
   req/s, p50/p99 of the valid ones, and errors on valid requests (must be 0);
 - **3x overload** (open loop at three times the measured req/s, ``--duration`` s): the
   503 rate, time-to-503 (p50/p99: how fast a refused client knows), p99 of the requests
-  served, and valid requests that failed otherwise than with 503 (must be 0);
+  served, and valid requests that failed otherwise than with 503 (must be 0). The client
+  shares the machine: ``client_launch_lag_p99_ms`` says how late it could send; when it
+  is large the latencies measure the client's backlog as much as the server's;
 - **soak** (open loop at 70 % of capacity for ``--soak-seconds``): server RSS (all its
   processes) after warm-up (the first 20 %) and at the end, and the growth in % (goal:
   under 5 %), and errors on valid requests.
@@ -133,6 +135,7 @@ class Tally:
         self.valid_errors: dict[str, int] = {}
         self.invalid_not_4xx = 0
         self.done = 0
+        self.launch_lag_ms: list[float] = []
 
     async def one(self, pool: Pool, i: int) -> None:
         path, body, valid = request_for(i)
@@ -183,6 +186,7 @@ async def open_loop(url: str, rate: float, seconds: float, on_tick=None) -> Tall
         due = start + i / rate
         if due > loop.time():
             await asyncio.sleep(due - loop.time())
+        tally.launch_lag_ms.append((loop.time() - due) * 1000)  # the client's own backlog
         tasks.append(asyncio.create_task(tally.one(pool, i)))
         i += 1
         second = int(loop.time() - start)
@@ -242,7 +246,8 @@ def measure(workers: int, args: argparse.Namespace) -> dict:
                             "rate_503": round(len(over.refused_ms) / max(over.done, 1), 3),
                             "time_to_503_p50_ms": _pct(over.refused_ms, 0.5),
                             "time_to_503_p99_ms": _pct(over.refused_ms, 0.99),
-                            "served_p99_ms": _pct(over.valid_ms, 0.99), "valid_errors": over.valid_errors},
+                            "served_p99_ms": _pct(over.valid_ms, 0.99), "valid_errors": over.valid_errors,
+                            "client_launch_lag_p99_ms": _pct(over.launch_lag_ms, 0.99)},
             "soak": {"seconds": args.soak_seconds, "offered_rps": round(0.7 * rps, 1), "requests": soak.done,
                      "rss_after_warmup_mb": round(rss_start / 2**20, 1), "rss_end_mb": round(rss_end / 2**20, 1),
                      "rss_growth_pct": round(100 * (rss_end - rss_start) / max(rss_start, 1), 2),

@@ -69,7 +69,7 @@ def _closed_within(sock: socket.socket, seconds: float, trickle: bytes = b"") ->
 
 @pytest.fixture(scope="module")
 def tight_server() -> Iterator[str]:
-    with spawned_serve("--timeout-keep-alive", "1", "--max-connections", "8") as url:
+    with spawned_serve("--timeout-keep-alive", "1", "--max-connections", "8", "--max-body-bytes", str(1 << 20)) as url:
         yield url
 
 
@@ -100,6 +100,22 @@ def test_connections_past_the_cap_get_503_and_others_still_served(tight_server):
         for s in held:
             s.close()
     assert httpx.get(tight_server + "/health", timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize("framing", [b"Content-Length: %d\r\n", b"Transfer-Encoding: chunked\r\n"])
+def test_early_413_reaches_a_client_that_sends_its_whole_body_first(tight_server, framing):
+    """Most clients (httpx, requests) write the whole body before reading: the 413 must be
+    readable then, not lost to a connection reset."""
+    size = 16 << 20
+    with _connect(tight_server) as sock:
+        head = framing % size if b"%d" in framing else framing
+        sock.sendall(b"POST /v1/chat/completions/render HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\n" + head + b"\r\n")
+        chunk = b" " * (1 << 20)
+        for _ in range(size >> 20):
+            sock.sendall(chunk if b"%d" in framing else b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        sock.settimeout(10)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 413")
 
 
 def test_every_accepted_socket_gets_tcp_nodelay():
