@@ -47,6 +47,7 @@ from .detect import detect_parsers
 from .events import Content, Event, Reasoning, ToolCallArguments, ToolCallEnd, ToolCallStart
 from .formats import ToolFormat
 from .harmony import HarmonyStage
+from .muse import MuseStage
 from .response_template import ResponseTemplate, ResponseTemplateStage, template_starts_in_reasoning
 from .reasoning import ReasoningStage, rules_out_reasoning, starts_open
 from .registry import reasoning_parser_names, tool_parser_names
@@ -136,6 +137,10 @@ class OutputParser:
         self.finished = False
         if registry.HARMONY in (rfmt, tfmt):
             self.stage = HarmonyStage(self.calls, tfmt == registry.HARMONY and choice != "none")
+            return
+        if registry.MUSE in (rfmt, tfmt):
+            self.stage = MuseStage(self.calls, tfmt == registry.MUSE and choice != "none",
+                                   reasoning=rfmt == registry.MUSE)
             return
         if registry.RESPONSE_TEMPLATE in (rfmt, tfmt):
             self.stage = ResponseTemplateStage(
@@ -260,7 +265,7 @@ def prompt_starts_in_reasoning(reasoning: str | None, prompt_text: str,
     if not reasoning:
         return False
     fmt = registry.reasoning_format(reasoning)
-    if fmt == registry.HARMONY:
+    if fmt in (registry.HARMONY, registry.MUSE):
         return False
     if fmt == registry.RESPONSE_TEMPLATE:
         return template_starts_in_reasoning(_response_template(response_template), prompt_text)
@@ -279,7 +284,7 @@ def prompt_ends_reasoning(reasoning: str | None, prompt_text: str,
     if not reasoning:
         return False
     fmt = registry.reasoning_format(reasoning)
-    if fmt in (registry.HARMONY, registry.RESPONSE_TEMPLATE):
+    if fmt in (registry.HARMONY, registry.RESPONSE_TEMPLATE, registry.MUSE):
         return False
     return rules_out_reasoning(fmt, prompt_text, chat_template_kwargs or {})
 

@@ -303,9 +303,7 @@ FORMATS.update({f.name: f for f in (
                section_begin=("<atem:function_calls>",), section_end=("</atem:function_calls>",),
                header_end=(">",), header="quoted",
                xml=_attr_xml("atem:", "parameter", "invoke", ("</atem:function_calls>",)),
-               drop=("<|start|>assistant to=user<|message|>", "<|start|>assistant to=commentary<|message|>",
-                     "<|eom|>", "<|eot|>"),
-               families="Muse Spark, Muse Glimmer (ATEM calls)"),
+               families="Muse Spark, Muse Glimmer (ATEM calls; messages routed by parsers.muse)"),
     ToolFormat("step3", "xml", call_begin=("<｜tool_call_begin｜>",),
                section_begin=("<｜tool_calls_begin｜>",), section_end=("<｜tool_calls_end｜>",),
                header_end=('">',), header='after:name="', call_end=("<｜tool_call_end｜>",),
@@ -368,6 +366,6 @@ ALIASES = {"qwen3_xml": "qwen3_coder", "qwen3_json": "hermes", "glm47": "glm45",
            "llama4_json": "llama3_json",
            # same markers as the target (vLLM 0.33 maps these to the same grammar)
            "step3p5": "qwen3_coder", "step5": "qwen3_coder", "poolside_v1": "glm45", "ling3": "glm45",
-           "muse_glimmer": "muse", "musespark1x": "muse", "hy_v4": "hy_v3"}
+           "hy_v4": "hy_v3"}
 
 __all__ = ["ToolFormat", "XmlDialect", "FORMATS", "ALIASES", "HARMONY_TOOL_NAMES", "parse_header"]

@@ -192,8 +192,6 @@ FORMATS.update({f.name: f for f in (
     ReasoningFormat("olmo3", off_kwargs=(), families="OLMo 3 Think"),
     ReasoningFormat("plamo3", start=("<|plamo:begin_think:plamo|>",), end=("<|plamo:end_think:plamo|>",),
                     families="PLaMo 3"),
-    ReasoningFormat("muse", start=("<|start|>assistant to=self<|message|>", "to=self<|message|>"),
-                    end=("<|eom|>",), default_on=False, families="Muse Spark / Glimmer (to=self)"),
     ReasoningFormat("step3", off_kwargs=(), families="Step-3 (end tag only)"),
     ReasoningFormat("step3p5", off_kwargs=(), trim_trailing=True,
                     families="Step-3.5 / 3.7 (template always opens <think>)"),
@@ -204,7 +202,7 @@ FORMATS.update({f.name: f for f in (
 # Harmony (gpt-oss) reasoning lives in the channels; handled by parsers.harmony.
 HARMONY_REASONING_NAMES = ("openai_gptoss",)
 
-ALIASES = {"glm47": "glm45", "step5": "deepseek_r1", "muse_glimmer": "muse", "musespark1x": "muse"}
+ALIASES = {"glm47": "glm45", "step5": "deepseek_r1"}
 
 
 def _last_turn_block(fmt: ReasoningFormat, prompt_text: str) -> str:

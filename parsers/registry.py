@@ -21,6 +21,8 @@ RESPONSE_TEMPLATE = "response_template"  # sentinel: served by parsers.response_
 # vLLM's parsers driven by the checkpoint's ``response_template`` metadata (``beam`` is the
 # same mechanism with Beam's structured-output extras, which do not concern parsing).
 RESPONSE_TEMPLATE_NAMES = ("hf", "beam")
+MUSE = "muse"         # sentinel: served by parsers.muse (its ATEM call body is the ``muse`` row)
+MUSE_NAMES = ("muse", "muse_glimmer", "musespark1x")
 
 
 def _plugins(group: str) -> dict[str, object]:
@@ -38,14 +40,14 @@ def _plugins(group: str) -> dict[str, object]:
 def reasoning_parser_names() -> list[str]:
     """Every accepted ``--reasoning-parser`` name (built-ins, aliases, plugins), sorted."""
     names = set(reasoning.FORMATS) | set(reasoning.ALIASES) | set(reasoning.HARMONY_REASONING_NAMES)
-    names |= set(RESPONSE_TEMPLATE_NAMES)
+    names |= set(RESPONSE_TEMPLATE_NAMES) | set(MUSE_NAMES)
     return sorted(names | set(_plugins(REASONING_GROUP)))
 
 
 def tool_parser_names() -> list[str]:
     """Every accepted ``--tool-call-parser`` name (built-ins, aliases, plugins), sorted."""
     names = set(formats.FORMATS) | set(formats.ALIASES) | set(formats.HARMONY_TOOL_NAMES)
-    names |= set(RESPONSE_TEMPLATE_NAMES)
+    names |= set(RESPONSE_TEMPLATE_NAMES) | set(MUSE_NAMES)
     return sorted(names | set(_plugins(TOOL_GROUP)))
 
 
@@ -56,6 +58,8 @@ def reasoning_format(name: str) -> "reasoning.ReasoningFormat | str":
         return HARMONY
     if name in RESPONSE_TEMPLATE_NAMES:
         return RESPONSE_TEMPLATE
+    if name in MUSE_NAMES:
+        return MUSE
     name = reasoning.ALIASES.get(name, name)
     if name in reasoning.FORMATS:
         return reasoning.FORMATS[name]
@@ -72,6 +76,8 @@ def tool_format(name: str) -> "formats.ToolFormat | str":
         return HARMONY
     if name in RESPONSE_TEMPLATE_NAMES:
         return RESPONSE_TEMPLATE
+    if name in MUSE_NAMES:
+        return MUSE
     name = formats.ALIASES.get(name, name)
     if name in formats.FORMATS:
         return formats.FORMATS[name]
@@ -82,4 +88,5 @@ def tool_format(name: str) -> "formats.ToolFormat | str":
 
 
 __all__ = ["reasoning_parser_names", "tool_parser_names", "reasoning_format", "tool_format",
-           "REASONING_GROUP", "TOOL_GROUP", "HARMONY", "RESPONSE_TEMPLATE", "RESPONSE_TEMPLATE_NAMES"]
+           "REASONING_GROUP", "TOOL_GROUP", "HARMONY", "RESPONSE_TEMPLATE", "RESPONSE_TEMPLATE_NAMES", "MUSE",
+           "MUSE_NAMES"]

@@ -122,7 +122,8 @@ DIFFERENT = {
     "dsml-unknown": "a call to a function that is not one of the request's tools stays content; vLLM returns it",
     "apertus": "the unknown `rm_rf` call is left out (vLLM returns it); blank before the calls kept, as for hermes",
     "dots": "blank text before the calls is kept as for hermes ('Checking.\\n'); vLLM strips it for dots",
-    "muse": "vLLM also leaves the ATEM call markup in content; here it is only the call",
+    "muse-quoted-call": "an ATEM call quoted in the to=user answer is text, as vLLM's Muse docstring says; "
+                        "vLLM 0.33 still extracts it",
     "apertus-not-calls": "a block that is not calls stays content (issue 15); vLLM drops it",
     "functiongemma": "vLLM's FunctionGemma regex drops non-<escape> values (days:2); here they are kept",
     "hy-v4-reasoning": "vLLM's hy_v4 names the call 'noop<tool_sep>' with unsuffixed tokens",
@@ -357,6 +358,24 @@ def test_hf_state_holds_only_undecided_text(head):
         parser.feed("some streamed text ")
     size = len(json.dumps(parser.export_state()))
     assert (size > 1900) == (head == "<tool_call>")  # only a tool-call region is collected
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_muse_marker_soup(data):
+    pieces = ["<|start|>", "assistant", " to=self", " to=user", " to=web.search", " to=developer", "<|message|>",
+              "<|eom|>", "<|eot|>", "<atem:function_calls>", "</atem:function_calls>", '<atem:invoke name="noop">',
+              '<atem:invoke name="search">', '<atem:parameter name="query">', "</atem:parameter>",
+              "</atem:invoke>", "x", " ", "\n", "é"]
+    text = "".join(data.draw(st.lists(st.sampled_from(pieces), max_size=30)))
+    spec = ParserSpec(tool="muse", reasoning=data.draw(st.sampled_from(["muse", None])),
+                      tools=data.draw(st.sampled_from([TOOLS, None])),
+                      tool_choice=data.draw(st.sampled_from(["auto", "none"])))
+    whole = coalesce(run(spec, [text]))
+    check_call_events(whole)
+    assert coalesce(run(spec, list(text))) == whole
+    cut = data.draw(st.integers(0, len(text)))
+    assert coalesce(run_restoring(spec, [text[:cut], text[cut:]])) == whole
 
 
 def test_hf_needs_the_checkpoint_metadata_and_refuses_what_it_cannot_route():

@@ -123,9 +123,14 @@ def _samples(spec, rt) -> list:
     ("minicpm5", spec("minicpm5"), "<function name=\"search\"><param name=\"query\">x y</param>"
                                    "<param name=\"limit\">1.5</param></function>"),
     ("muse", spec("muse", "muse"),
-     "<|start|>assistant to=self<|message|>Look it up.<|eom|><|start|>assistant to=user<|message|>One sec."
-     "<atem:function_calls>\n<atem:invoke name=\"search\">\n<atem:parameter name=\"query\">café</atem:parameter>\n"
-     "</atem:invoke>\n</atem:function_calls><|eom|>"),
+     "<|start|>assistant to=self<|message|>Look it up.<|eom|><|start|>assistant to=commentary<|message|>One sec."
+     "<|eom|><|start|>assistant to=web.search<|message|><atem:function_calls>\n<atem:invoke name=\"search\">\n"
+     "<atem:parameter name=\"query\">café</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eom|>"),
+    ("muse-quoted-call", spec("muse", "muse"),
+     " to=self<|message|>Maybe <atem:invoke name=\"noop\"></atem:invoke>?<|eom|><|start|>assistant to=user"
+     "<|message|>Write <atem:function_calls><atem:invoke name=\"noop\"></atem:invoke></atem:function_calls>.<|eot|>"),
+    ("muse-developer-dropped", spec("muse", "muse"),
+     "<|start|>assistant to=developer<|message|>internal<|eom|><|start|>assistant to=user<|message|>Hi.<|eot|>"),
     ("step3", spec("step3", "step3", thinking=True),
      "Plan.</think>\n<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name=\"get_weather\">"
      "<steptml:parameter name=\"city\">Paris</steptml:parameter><steptml:parameter name=\"metric\">true"
@@ -347,4 +352,6 @@ FAMILY_EXPECTED = {
     'minicpm5-two': (None, None, [('noop', '{}'), ('get_weather', '{"days": 3}')]),
     'mimo-two': (None, None, [('noop', '{}'), ('search', '{"limit": 2}')]),
     'k2-horizon-two': (None, None, [('noop', '{}'), ('get_weather', '{"city": "Lima"}')]),
+    'muse-quoted-call': ('Maybe <atem:invoke name="noop"></atem:invoke>?', 'Write <atem:function_calls><atem:invoke name="noop"></atem:invoke></atem:function_calls>.', []),
+    'muse-developer-dropped': (None, 'Hi.', []),
 }
