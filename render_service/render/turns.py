@@ -23,7 +23,7 @@ from typing import Any
 
 from prometheus_client import Histogram
 
-from .. import continuity
+from .. import continuity, policy
 from . import exact_history
 from ..config import ServeConfig
 from ..errors import bad_request, check_token_ids
@@ -75,29 +75,51 @@ def render_turn(bundle: ModelBundle, config: ServeConfig, req: Any, template: Ch
     def decode(ids) -> str:
         return bundle.tokenizer.decode(list(ids), skip_special_tokens=False)
 
-    def render(messages: list[dict], add_generation_prompt: bool) -> str:
+    # The same inputs as the prompt's own render (chat._render_and_encode): tools left out
+    # under --exclude-tools-when-tool-choice-none, user data marked under
+    # --content-special-tokens text so that its control-token text stays text.
+    tools = req.tools
+    if (tools is not None and config.exclude_tools_when_tool_choice_none
+            and policy.effective_tool_choice(req.tool_choice, tools) == "none"):
+        tools = None
+    plain = (prepare_messages(req.messages, template, media=media), tools, req.documents, kwargs)
+    sanitizer = bundle.sanitizer(template) if config.content_special_tokens == "text" else None
+    marked = tuple(sanitizer.mark(x) for x in plain) if sanitizer is not None else plain
+    messages = marked[0]
+
+    def render_from(data: tuple, messages: list[dict], add_generation_prompt: bool) -> str:
+        _, tools, documents, template_kwargs = data
         try:
-            return template.render(messages, tools=req.tools, documents=req.documents,
+            return template.render(messages, tools=tools, documents=documents,
                                    add_generation_prompt=add_generation_prompt,
-                                   **{**bundle.special_tokens, **kwargs})
+                                   **{**bundle.special_tokens, **template_kwargs})
         except ValueError as exc:  # the template refused (TemplateRenderError and kin)
             raise bad_request(f"Chat template error: {exc}", "messages") from None
 
-    messages = prepare_messages(req.messages, template, media=media)
+    def render(messages: list[dict], add_generation_prompt: bool) -> str:
+        return render_from(marked, messages, add_generation_prompt)
+
+    def encode(text: str) -> list[int]:
+        if sanitizer is None:
+            return bundle.tokenizer.encode(text, add_special_tokens=False)
+        try:
+            return sanitizer.encode(text)
+        except ValueError as exc:
+            raise bad_request(str(exc), "messages") from None
+
     if exact:
         if media:
             raise bad_request("token_exact_history does not take image or video parts.", "messages")
         if req.continue_final_message:
             raise bad_request("token_exact_history cannot continue a final message.", "continue_final_message")
         try:
-            token_ids, _ = exact_history.exact_prompt(
-                held, messages, render, lambda text: bundle.tokenizer.encode(text, add_special_tokens=False),
-                decode, req.add_generation_prompt)
+            token_ids, _ = exact_history.exact_prompt(held, messages, render, encode, decode,
+                                                      req.add_generation_prompt)
         except exact_history.HistoryError as exc:
             raise bad_request(str(exc), "messages") from None
     system_end = None
     if messages[0].get("role") in ("system", "developer"):
-        system_end = continuity.system_end(lambda: render(messages[:1], False), decode(token_ids))
+        system_end = continuity.system_end(lambda: render_from(plain, plain[0][:1], False), decode(token_ids))
     figure = continuity.check(held, token_ids, decode, system_end_char=system_end)
     CONTINUITY_RATIO.labels(figure.reason or "extends").observe(figure.fraction)
     return Turn(list(token_ids), figure, exact)
