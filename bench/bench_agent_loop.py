@@ -1,12 +1,15 @@
 """``agent-loop`` through the four-hop driver: TTFT per turn with bidirectional KV reuse on and off.
 
-    python -m bench.bench_agent_loop [--turns 8] [--conversations 3] [--tool-chars 700] [--json out.json]
+    python -m bench.bench_agent_loop [--turns 8] [--conversations 3] [--tool-chars 700] [--edit-turn N]
+                                     [--json out.json]
 
 Starts two reference engines (``--role prefill`` and ``--role decode``, SmolLM2-135M on
 llama.cpp, one thread each) and two ``render-service drive`` processes in front of the
 same engines, one with ``--kv-reuse`` and one without. Each conversation is a coding
 agent's loop: a system prompt and a task, then per turn a tool result (``--tool-chars`` of
-real Python source) and the model's next step. The two drivers get the same conversations,
+real Python source) and the model's next step; with ``--edit-turn N`` the client rewrites
+its first message at turn N (the continuity figure shows the break, and prefill pulls only
+up to it). The two drivers get the same conversations,
 interleaved turn by turn, greedy, streamed, with a ``conversation_id`` each.
 
 Per turn it reports: TTFT (request sent → first streamed chunk with content) median over
@@ -122,6 +125,9 @@ def run(args: argparse.Namespace) -> dict:
                        {"role": "user", "content": f"The test test_case_{c} fails with an AssertionError. Start."}]
             rows = {m: [] for m in drivers}
             for t in range(args.turns):
+                if args.edit_turn == t + 1:  # the client rewrites the task (history compaction, a correction)
+                    history = [history[0], {**history[1], "content": history[1]["content"] + " It is flaky."},
+                               *history[2:]]
                 order = ("on", "off") if t % 2 else ("off", "on")  # interleaved: both see the same machine state
                 for mode in order:
                     out = one_turn(client, drivers[mode].url, history, f"bench-{os.getpid()}-{mode}-{c}",
@@ -163,7 +169,7 @@ def summarise(turns: dict[str, list[list[dict]]], args: argparse.Namespace) -> d
     differ = sum(a["text"] != b["text"] for ca, cb in zip(turns["off"], turns["on"]) for a, b in zip(ca, cb))
     return {"workload": "agent-loop", "target": "render-service drive (reference engines, SmolLM2-135M)",
             "params": {"turns": args.turns, "conversations": args.conversations, "tool_chars": args.tool_chars,
-                       "max_tokens": args.max_tokens}, "turns_with_different_answers": differ,
+                       "max_tokens": args.max_tokens, "edit_turn": args.edit_turn}, "turns_with_different_answers": differ,
             "turns": per_turn}
 
 
@@ -187,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tool-chars", type=int, default=700, help="characters of source per tool result (default 700)")
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--n-ctx", type=int, default=4096, help="engine context length (default 4096)")
+    ap.add_argument("--edit-turn", type=int, default=None, metavar="N",
+                    help="at turn N the client edits its first message: continuity breaks there, and prefill "
+                         "may pull only up to the edit")
     ap.add_argument("--json", type=Path, default=None, help="also write the result here")
     args = ap.parse_args(argv)
     result = run(args)

@@ -18,7 +18,7 @@ def test_summary_per_turn():
         "on": [[row(1.0, "a", "no_history", 0, 50),
                 row(0.5, "b", "pulled", 60, 30, "common=60; held=61; reason=reasoning_dropped")]],
     }
-    result = summarise(turns, argparse.Namespace(turns=2, conversations=1, tool_chars=10, max_tokens=4))
+    result = summarise(turns, argparse.Namespace(turns=2, conversations=1, tool_chars=10, max_tokens=4, edit_turn=None))
     t2 = result["turns"][1]
     assert (t2["ttft_off_ms"], t2["ttft_on_ms"], t2["pulled_tokens"], t2["computed_tokens"]) == (2000, 500, 60, 30)
     assert t2["prompt_tokens"] == 90 and t2["continuity_reasons"] == ["reasoning_dropped"]
@@ -26,5 +26,5 @@ def test_summary_per_turn():
     assert "4.00x" in table(result)
     turns["on"][0][1]["text"] = "c"
     assert summarise(turns, argparse.Namespace(turns=2, conversations=1, tool_chars=10,
-                                               max_tokens=4))["turns_with_different_answers"] == 1
+                                               max_tokens=4, edit_turn=None))["turns_with_different_answers"] == 1
     assert _continuity(None) == (None, None) and _continuity("common=3; held=3; reason=none") == (1.0, "none")
