@@ -134,8 +134,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="listen address (0.0.0.0 for all interfaces)")
     p.add_argument("--port", type=port_type, default=8000, help="listen port")
     p.add_argument("--workers", type=_positive, default=1, help="server processes sharing the port")
-    p.add_argument("--api-key", action="append", default=None,
-                   help="guard /v1, /v2, /inference (repeatable; default: env VLLM_API_KEY, as vLLM)")
+    p.add_argument("--api-key", nargs="+", action="extend", default=None,
+                   help="guard /v1, /v2, /inference (several keys, as vLLM's `--api-key K1 K2`, or the flag "
+                        "repeated; default: env VLLM_API_KEY, as vLLM)")
     p.add_argument("--trust-request-chat-template", action="store_true",
                    help="accept `chat_template` in requests (a client-supplied Jinja template runs in the sandbox)")
     p.add_argument("--exclude-tools-when-tool-choice-none", action="store_true",
@@ -267,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(sub)
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["serve"]:
+        from .launch_compat import normalize_flag_spelling
+
+        argv = normalize_flag_spelling(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     for name, (module_name, help_text) in _SUBCOMMANDS.items():
         module = _subcommand_module(module_name) if name == command else None

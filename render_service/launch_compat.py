@@ -84,6 +84,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         known.update(options)
 
 
+def normalize_flag_spelling(argv: list[str]) -> list[str]:
+    """``--max_model_len`` → ``--max-model-len`` (vLLM's parser accepts underscores in flag names;
+    values are left alone)."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--") and "_" in arg.split("=", 1)[0]:
+            name, sep, value = arg.partition("=")
+            arg = name.replace("_", "-") + sep + value
+        out.append(arg)
+    return out
+
+
 def ignored_flags(args: argparse.Namespace) -> list[str]:
     """The no-effect vLLM flags given on this command line, as ``--name``."""
     return sorted("--" + k[len(_NOOP_PREFIX):].replace("_", "-") for k, v in vars(args).items()

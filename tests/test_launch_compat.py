@@ -71,6 +71,15 @@ def test_no_abbreviations():
         parser.parse_args(["serve", "m", "--tokenizer-back", "hf"])
 
 
+def test_vllm_spellings():
+    from render_service import launch_compat
+
+    argv = launch_compat.normalize_flag_spelling(["serve", "m", "--max_model_len=4k", "--served_model_name", "a_b",
+                                                  "--api-key", "k1", "k2", "--api-key", "k3"])
+    args = _serve_parser().parse_args(argv)
+    assert args.max_model_len == 4096 and args.served_model_name == ["a_b"] and args.api_key == ["k1", "k2", "k3"]
+
+
 def test_ignored_flags_are_named_once():
     from render_service import launch_compat
 
