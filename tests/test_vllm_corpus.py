@@ -407,6 +407,23 @@ def test_minimal_schema_valid_derender_accepted(ours, schema, route, body):
 
 
 # ----------------------------------------------------------------------------------------------
+# the small routes routers and probes call
+
+def _info_params():
+    rec = RECORDINGS.get("qwen3-hermes") or {}
+    return [pytest.param(x, id=f"{x['method']} {x['route']}") for x in rec.get("info", []) if x["route"] != "/metrics"]
+
+
+@pytest.mark.parametrize("recorded", _info_params())
+def test_info_routes_match_vllm(ours, recorded):
+    resp = ours("qwen3-hermes").request(recorded["method"], recorded["route"])
+    problems = compare_answer("info", "qwen3-hermes", recorded["route"], recorded,
+                              httpx.Response(resp.status_code, content=resp.content, headers=resp.headers)
+                              if resp.content else httpx.Response(resp.status_code, text=""))
+    assert not problems, "\n".join(problems)
+
+
+# ----------------------------------------------------------------------------------------------
 # the list itself
 
 def test_known_gaps_name_recorded_cases():
