@@ -196,3 +196,22 @@ def test_prompt_shorter_is_not_a_divergence():
     _, c = loop.turn([user], "Hello.<|eot_id|>")  # a retry of the same turn
     assert c.reason == "prompt_shorter" and c.common_prefix_tokens == len(p1) and not c.extends
     assert c.as_dict()["extends"] is False
+
+
+def test_retokenised_and_answer_rerendered():
+    """Same text split into other tokens (an answer sampled as "H", "i" that the next prompt
+    encodes as "Hi") is ``retokenised``; an answer the client changed is ``answer_rerendered``
+    (Llama 3.1, which writes the turn verbatim, so nothing else is in the way)."""
+    llama = Loop("llama-3.1-instruct")
+    user = {"role": "user", "content": "Say hi"}
+    q1 = llama.prompt([user])
+    h, i, eot = (llama.tok.convert_tokens_to_ids(t) for t in ("H", "i", "<|eot_id|>"))
+    assert llama.tok.encode("Hi", add_special_tokens=False) != [h, i]
+    nxt = [user, {"role": "assistant", "content": "Hi"}, {"role": "user", "content": "Again"}]
+    c = check(HeldSequence(q1, [h, i, eot]), llama.prompt(nxt), llama.decode)
+    assert c.reason == "retokenised" and c.common_prefix_tokens == len(q1)
+    edited = [user, {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Again"}]
+    c = check(HeldSequence(q1, llama.tok.encode("Hi there<|eot_id|>", add_special_tokens=False)),
+              llama.prompt(edited), llama.decode)
+    assert c.reason == "answer_rerendered" and c.common_prefix_tokens == len(q1)
+    assert c.diverged_at_char == len(llama.decode(q1)) + 1  # "H" is common to both answers
