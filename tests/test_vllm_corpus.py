@@ -407,6 +407,29 @@ def test_minimal_schema_valid_derender_accepted(ours, schema, route, body):
 
 
 # ----------------------------------------------------------------------------------------------
+# the other render routes: Responses and Anthropic Messages (their parity corpus is issue 12's)
+
+FRONT_DOOR_CASES = FIXTURES / "responses_messages" / "cases.json"
+
+
+def _front_door_params():
+    if not FRONT_DOOR_CASES.exists() or "qwen3-hermes" not in RECORDINGS:
+        return []
+    cases = json.loads(FRONT_DOOR_CASES.read_text())["cases"]
+    return [pytest.param(c, id=c["name"]) for c in cases]
+
+
+@pytest.mark.parametrize("case", _front_door_params())
+def test_front_door_render_outputs_are_valid_for_vllm(ours, case):
+    body = json.loads(json.dumps(case["body"]).replace('"$MODEL"', '"qwen3-hermes"'))
+    resp = ours("qwen3-hermes").post(f"/v1/{case['route']}/render", json=body,
+                                     headers={"X-Request-Id": case["name"]})
+    assert resp.status_code < 500, resp.text
+    if resp.status_code == 200:
+        assert not schema_errors("GenerateRequest", resp.json())
+
+
+# ----------------------------------------------------------------------------------------------
 # the small routes routers and probes call
 
 def _info_params():
