@@ -27,7 +27,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "vllm_mm"
 sys.path.insert(0, str(FIXTURES))
 import media as test_media  # noqa: E402
 import record  # noqa: E402
-from test_multimodal_units import ANSWERS  # noqa: E402
+from test_multimodal_units import ANSWERS, require_media  # noqa: E402
 
 IMAGE_PAD, VIDEO_PAD = 151655, 151656
 QWEN_VL = MODELS / "qwen2.5-vl-instruct"
@@ -93,6 +93,7 @@ def assert_payload_equal(ours: dict, vllm: dict) -> None:
 
 @pytest.mark.parametrize("case", OK_CASES, ids=[c["name"] for c in OK_CASES])
 def test_case_equals_vllm(case):
+    require_media(case)
     vllm = case["answer"]
     ids, features = run(make_renderer(), case["request"], collapse(vllm["token_ids"]))
     assert ids == vllm["token_ids"]

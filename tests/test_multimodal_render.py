@@ -25,7 +25,7 @@ sys.path.insert(0, str(FIXTURES))
 import media as test_media  # noqa: E402
 import record  # noqa: E402
 from test_multimodal_pipeline import assert_payload_equal  # noqa: E402
-from test_multimodal_units import ANSWERS  # noqa: E402
+from test_multimodal_units import ANSWERS, require_media  # noqa: E402
 
 QWEN_VL = MODELS / "qwen2.5-vl-instruct"
 pytestmark = pytest.mark.skipif(not QWEN_VL.is_dir(), reason="../shared/models/qwen2.5-vl-instruct not present")
@@ -70,6 +70,7 @@ def assert_equal_to_vllm(ours: dict, vllm: dict) -> None:
 
 @pytest.mark.parametrize("case", OK_CASES, ids=[c["name"] for c in OK_CASES])
 def test_recorded_case(server, case):
+    require_media(case)
     resp = post(server[0], record.resolve(case["request"]))
     assert resp.status_code == 200, resp.text
     assert_equal_to_vllm(resp.json(), case["answer"])
@@ -144,7 +145,7 @@ def test_limits_are_400s():
             "image url not a string": {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": 5}}]}]},
             "image part without url": {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
             "mm_payload bad": {**image_body(tiny), "mm_payload": "pixels"},
-            "mp4 video (not supported yet)": {"messages": [{"role": "user", "content": [
+            "undecodable mp4": {"messages": [{"role": "user", "content": [
                 {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAAIGZ0eXBpc29t"}}]}]},
             "video frames of two sizes": {"messages": [{"role": "user", "content": [{"type": "video_url", "video_url": {
                 "url": test_media.video_url(1) + "," + test_media.video_url(1, 56, 56).split(",", 1)[1]}}]}]},

@@ -44,6 +44,16 @@ def image_bytes(name: str) -> bytes:
     return data
 
 
+def require_media(case: dict) -> None:
+    """Skip a recorded case whose MP4 this environment cannot make byte-identically (no OpenCV,
+    or another OpenCV build than the recording's)."""
+    for name in test_media.MP4S:
+        if f'"$mp4": "{name}"' in json.dumps(case["request"]):
+            pytest.importorskip("cv2", reason="MP4 cases need OpenCV (render-service[video])")
+            if hashlib.sha256(test_media.mp4(*test_media.MP4S[name])).hexdigest() != ANSWERS["mp4_sha256"][name]:
+                pytest.skip(f"{name}: this OpenCV encodes the test video differently from the recording")
+
+
 @pytest.fixture(scope="module")
 def processor() -> Qwen2VLProcessor:
     if not QWEN_VL.is_dir():

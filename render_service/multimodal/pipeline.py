@@ -26,6 +26,7 @@ from .cache import CachedItem, ProcessorCache
 from .decode import DEFAULT_MAX_IMAGE_PIXELS, decode_jpeg_sequence, decode_rgb, read_header
 from .hashing import image_hash, video_hash
 from .media import JPEG_SEQUENCE, MediaBytes, MediaLimits, load_file_url, load_media
+from .video import decode_container, sample_for_processor
 
 MODALITIES = ("image", "video")
 
@@ -185,16 +186,19 @@ class MultimodalRenderer:
         return LoadedItem(part.modality, mm_hash, entry)
 
     def _process_video(self, part: MediaPart, media: MediaBytes) -> LoadedItem:
-        """A ``data:video/jpeg`` frame sequence (vLLM's decoder-free video form); other containers are a 400."""
-        if media.media_type != JPEG_SEQUENCE or not hasattr(self.processor, "process_video"):
-            raise bad_request("Video is supported as a data:video/jpeg frame sequence (comma-separated base64 "
-                              "JPEG frames); other video containers are not supported yet.", part.param)
-        frames, metadata = decode_jpeg_sequence(media.data, self.config.max_image_pixels, part.param)
+        """A ``data:video/jpeg`` frame sequence (vLLM's decoder-free form) or a container (OpenCV)."""
+        if not hasattr(self.processor, "process_video"):
+            raise bad_request("This model does not accept video inputs.", part.param)
+        if media.media_type == JPEG_SEQUENCE:
+            frames, metadata = decode_jpeg_sequence(media.data, self.config.max_image_pixels, part.param)
+        else:
+            frames, metadata = decode_container(media.data, self.config.max_image_pixels, part.param)
         mm_hash = part.uuid if part.uuid is not None else video_hash(
             self.config.model_id, media.data, frames, metadata, self.config.hash_algorithm)
         entry = self.cache.get(mm_hash)
         if entry is None:
-            entry = CachedItem(self.processor.process_video(frames, metadata["fps"], part.param))
+            used, sampled_fps = sample_for_processor(frames, metadata, self.processor.temporal_patch_size)
+            entry = CachedItem(self.processor.process_video(used, sampled_fps, part.param))
             self.cache.put(mm_hash, entry)
         return LoadedItem(part.modality, mm_hash, entry)
 
