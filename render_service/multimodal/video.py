@@ -24,6 +24,7 @@ from ..errors import bad_request
 
 TARGET_FPS = 2.0       # vLLM's qwen2_vl loader and transformers' sample_frames
 MIN_FRAMES, MAX_FRAMES = 4, 768
+MAX_DECODED_BYTES = 1 << 30   # sampled RGB frames held at once for one video (a 400 beyond)
 
 try:
     import cv2
@@ -94,6 +95,9 @@ def decode_container(data: bytes, max_pixels: int, param: str | None = None) -> 
         if fps <= 0:
             raise bad_request("Video sampling needs a known frame rate; the container reports none.", param)
         wanted_set = set(qwen2_vl_indices(total, fps))
+        if len(wanted_set) * width * height * 3 > MAX_DECODED_BYTES:
+            raise bad_request(f"Video too large: {len(wanted_set)} sampled frames of {width}x{height} exceed "
+                              f"{MAX_DECODED_BYTES >> 20} MiB decoded.", param)
         frames = np.empty((len(wanted_set), height, width, 3), np.uint8)
         valid: list[int] = []
         for idx in range(max(wanted_set) + 1):
