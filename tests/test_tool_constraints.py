@@ -38,9 +38,9 @@ def _effective_choice(req: ChatCompletionRequest):
     return req.tool_choice if req.tool_choice is not None else ("auto" if req.tools else "none")
 
 
-def _ours(parser: str, body: dict) -> dict | None:
+def _ours(parser: str, body: dict, strict_level: str | None = None) -> dict | None:
     req = ChatCompletionRequest.model_validate(body)
-    return tool_constraint(parser, req, _effective_choice(req))
+    return tool_constraint(parser, req, _effective_choice(req), strict_level)
 
 
 def _comparable(so: dict | None) -> dict | None:
@@ -56,7 +56,7 @@ def _comparable(so: dict | None) -> dict | None:
 @pytest.mark.parametrize("parser,form,entry", list(_cases()))
 def test_constraint_equals_vllms(parser, form, entry):
     model = STRUCTURAL_TAG_MODELS.get(parser)
-    ours = _ours(parser, entry["request"])
+    ours = _ours(parser, entry["request"], entry.get("strict_level"))  # --tool-strict-level for "form@level"
     if model in NOT_BUILT and entry["structured_outputs"] is not None:
         assert ours.structured_outputs is None, "an unbuilt tag must be reported, not faked"
         assert ours.note or form.startswith("auto"), "a forced call nothing enforces must be reported"

@@ -133,7 +133,7 @@ def chat_tool_constraint(config: ServeConfig, req: ChatCompletionRequest, tool_c
     """The ``structured_outputs`` the request's ``tool_choice`` calls for under this server's
     tool parser (`render.tool_constraints`); its ``note`` says when a forced call is unenforced."""
     parser = config.tool_call_parser if policy.tool_parser_active(config) else None
-    return tool_constraint(parser, req, tool_choice, getattr(config, "tool_strict_level", None) or "auto")
+    return tool_constraint(parser, req, tool_choice, config.tool_strict_level)
 
 
 def _render_and_encode(

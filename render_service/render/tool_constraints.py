@@ -279,7 +279,7 @@ def _has_own_constraint(req) -> bool:
     return bool(so) or (req.response_format or {}).get("type") in ("json_object", "json_schema", "structural_tag")
 
 
-def tool_constraint(parser: str | None, req, tool_choice: str | dict, strict_level: str = "auto") -> ToolConstraint:
+def tool_constraint(parser: str | None, req, tool_choice: str | dict, strict_level: str | None = None) -> ToolConstraint:
     """The constraint for a chat request's ``tools`` / ``tool_choice`` under tool parser ``parser``.
 
     Args:
@@ -287,7 +287,8 @@ def tool_constraint(parser: str | None, req, tool_choice: str | dict, strict_lev
         req: the validated `ChatCompletionRequest`.
         tool_choice: the effective choice (``auto`` when tools are given without one).
         strict_level: ``--tool-strict-level``: ``auto`` (each tool's ``strict``), ``function``
-            (always constrain the call envelope), ``parameter`` (also pin every argument schema).
+            (always constrain the call envelope), ``parameter`` (also pin every argument schema);
+            None: the parser's own floor (``function`` for glm45/glm47, else ``auto``), as vLLM.
 
     Returns:
         `KEEP` when the request's own ``structured_outputs`` stand.
@@ -308,7 +309,7 @@ def tool_constraint(parser: str | None, req, tool_choice: str | dict, strict_lev
         return ToolConstraint(None, False, f"{parser} has no fixed call syntax to enforce; tool_choice "
                                            f"{'named' if forced else choice} is passed unconstrained")
     single_call = req.parallel_tool_calls is False
-    level = STRICT_LEVELS.index(strict_level) if strict_level != "auto" else DEFAULT_STRICT_LEVEL.get(parser, 0)
+    level = STRICT_LEVELS.index(strict_level) if strict_level else DEFAULT_STRICT_LEVEL.get(parser, 0)
     own = _has_own_constraint(req)
     if single_call and not (choice == "auto" and own):
         level = max(level, 1)
