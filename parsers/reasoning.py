@@ -79,6 +79,8 @@ class ReasoningFormat:
     * ``off_kwargs``: template kwargs that turn thinking off when set to false.
     * ``on_kwargs``: if non-empty, reasoning is parsed only when one of these kwargs is true
       (deepseek_v3: ``thinking``); otherwise the output is all content.
+    * ``off_when``: ``(kwarg, value)`` pairs that turn reasoning off whatever else says
+      (DeepSeek V4 ``reasoning_effort: "none"``, HY V3 ``reasoning_effort: "no_think"``).
     * ``tool_ends``: a tool-call start marker of the configured tool parser ends an open
       reasoning block. Only where the family's own format puts calls inside thinking
       (Kimi K2 Thinking interleaves calls with its chain of thought); every other
@@ -102,11 +104,12 @@ class ReasoningFormat:
     trim_trailing: bool = False
     content_prefix: str | None = None
     detect: tuple[tuple[str, ...], ...] = ()
+    off_when: tuple[tuple[str, object], ...] = ()
     families: str = ""
 
     def active(self, kwargs: dict) -> bool:
         """Whether reasoning is parsed at all under these template kwargs."""
-        if self.content_prefix is not None:
+        if self.content_prefix is not None or any(kwargs.get(k) == v for k, v in self.off_when):
             return False
         if self.on_kwargs:
             vals = [kwargs.get(k) for k in self.on_kwargs if kwargs.get(k) is not None]
@@ -158,8 +161,10 @@ _THINK_FLAGS = ("thinking", "enable_thinking")
 # ``default_on`` follows where vLLM 0.33's parser starts (in reasoning, or in content).
 FORMATS.update({f.name: f for f in (
     ReasoningFormat("deepseek_v4", on_kwargs=_THINK_FLAGS, on_by_default=True,
+                    off_when=(("reasoning_effort", "none"),),
                     families="DeepSeek V4 (thinking unless turned off)"),
     ReasoningFormat("deepseek_v41", on_kwargs=_THINK_FLAGS, on_by_default=True,
+                    off_when=(("reasoning_effort", "none"),),
                     families="DeepSeek V4.1 (thinking unless turned off)"),
     ReasoningFormat("poolside_v1", on_kwargs=_THINK_FLAGS, families="Poolside v1 (deepseek_v3 rules)"),
     ReasoningFormat("cohere_command4", start=("<|START_THINKING|>",), end=("<|END_THINKING|>",),
@@ -177,7 +182,8 @@ FORMATS.update({f.name: f for f in (
     ReasoningFormat("hunyuan_a13b", start=("<think>\n", "<think>"),
                     end=("\n</think>\n<answer>\n", "\n</think>\n", "</think>"), default_on=False,
                     families="Hunyuan-A13B"),
-    ReasoningFormat("hy_v3", on_kwargs=("reasoning_effort",), families="Hunyuan (HY) V3 (reasoning_effort)"),
+    ReasoningFormat("hy_v3", on_kwargs=("reasoning_effort",), off_when=(("reasoning_effort", "no_think"),),
+                    families="Hunyuan (HY) V3 (reasoning_effort)"),
     ReasoningFormat("hy_v4", families="Hunyuan (HY) V4 (unsuffixed tokens)"),
     ReasoningFormat("kimi_k3", start=("<|open|>think<|sep|>",), end=("<|close|>think<|sep|>",),
                     families="Kimi K3 (XTML think channel, on unless thinking is turned off)"),

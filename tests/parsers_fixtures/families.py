@@ -209,6 +209,9 @@ def _samples(spec, rt) -> list:
     ("hunyuan-a13b", spec("hunyuan_a13b", "hunyuan_a13b"), "<think>\nx\n</think>\n<answer>\ny\n</answer>"),
     ("hy-v3-effort", spec(None, "hy_v3", thinking=True, reasoning_effort="high"), "r</think>c"),
     ("hy-v3-no-effort", spec(None, "hy_v3"), "r</think>c"),
+    ("hy-v3-no-think", spec(None, "hy_v3", reasoning_effort="no_think"), "r</think>c"),
+    ("dsml-v4-effort-none", spec("deepseek_v4", "deepseek_v4", reasoning_effort="none"),
+     "Direct." + dsml("tool_calls", dsml_invoke("noop"))),
     ("hy-v4-reasoning", spec("hy_v4", "hy_v4", thinking=True),
      "r</think><tool_calls><tool_call>noop<tool_sep></tool_call></tool_calls>"),
     ("granite-thinking", spec(None, "granite_thinking_parser", thinking=True), "r\n</think>\nc"),
@@ -354,4 +357,6 @@ FAMILY_EXPECTED = {
     'k2-horizon-two': (None, None, [('noop', '{}'), ('get_weather', '{"city": "Lima"}')]),
     'muse-quoted-call': ('Maybe <atem:invoke name="noop"></atem:invoke>?', 'Write <atem:function_calls><atem:invoke name="noop"></atem:invoke></atem:function_calls>.', []),
     'muse-developer-dropped': (None, 'Hi.', []),
+    'hy-v3-no-think': (None, 'r</think>c', []),
+    'dsml-v4-effort-none': (None, 'Direct.', [('noop', '{}')]),
 }
