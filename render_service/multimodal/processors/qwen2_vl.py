@@ -26,6 +26,7 @@ import numpy as np
 
 from ...errors import bad_request
 from ..items import Field, ProcessedItem
+from ..jit import compile_kernel
 from ..resize import resize_bicubic_aa
 
 
@@ -163,38 +164,33 @@ class Qwen2VLProcessor:
         )
 
 
-try:
-    import numba
-except ImportError:   # pragma: no cover - numba is a dependency; the NumPy transpose stays exact without it
-    numba = None
+def _patchify_loop(frames, p, m, tp, channels, gh, gw, out):   # pragma: no cover - runs compiled
+    """One pass from ``[T, H, W*C]`` frames to Qwen's rows: row n = (t, h/m, w/m, m, m), value (C, tp, p, p)."""
+    n = 0
+    for gt in range(out.shape[0] // (gh * gw)):
+        for bh in range(gh // m):
+            for bw in range(gw // m):
+                for mh in range(m):
+                    for mw in range(m):
+                        y0, x0 = (bh * m + mh) * p, (bw * m + mw) * p
+                        row = out[n]
+                        for c in range(channels):
+                            for t in range(tp):
+                                f = min(gt * tp + t, frames.shape[0] - 1)
+                                base = (c * tp + t) * p * p
+                                if t > 0 and f == min(gt * tp + t - 1, frames.shape[0] - 1):
+                                    row[base:base + p * p] = row[base - p * p:base]   # same frame again
+                                    continue
+                                frame = frames[f]
+                                for i in range(p):
+                                    src = frame[y0 + i]
+                                    for j in range(p):
+                                        row[base + i * p + j] = src[(x0 + j) * channels + c]
+                        n += 1
+    return out
 
-_patchify_kernel = None
-if numba is not None:
-    @numba.njit(nogil=True, cache=True)
-    def _patchify_kernel(frames, p, m, tp, channels, gh, gw, out):   # pragma: no cover - compiled
-        """One pass from ``[T, H, W*C]`` frames to Qwen's rows: row n = (t, h/m, w/m, m, m), value (C, tp, p, p)."""
-        n = 0
-        for gt in range(out.shape[0] // (gh * gw)):
-            for bh in range(gh // m):
-                for bw in range(gw // m):
-                    for mh in range(m):
-                        for mw in range(m):
-                            y0, x0 = (bh * m + mh) * p, (bw * m + mw) * p
-                            row = out[n]
-                            for c in range(channels):
-                                for t in range(tp):
-                                    f = min(gt * tp + t, frames.shape[0] - 1)
-                                    base = (c * tp + t) * p * p
-                                    if t > 0 and f == min(gt * tp + t - 1, frames.shape[0] - 1):
-                                        row[base:base + p * p] = row[base - p * p:base]   # same frame again
-                                        continue
-                                    frame = frames[f]
-                                    for i in range(p):
-                                        src = frame[y0 + i]
-                                        for j in range(p):
-                                            row[base + i * p + j] = src[(x0 + j) * channels + c]
-                            n += 1
-        return out
+
+_patchify_kernel = compile_kernel(_patchify_loop)   # None without numba: the NumPy path
 
 
 def _read_json(path: Path) -> dict:
