@@ -196,6 +196,7 @@ def _path_matches(pattern: str, path: str) -> bool:
 
 
 USED_DIFFERENCES: set[int] = set()
+RAN: set[tuple] = set()  # corpus cases compared in this session (see test_no_stale_differences)
 
 
 def _declared(scope: str, server: str, case_id: str, path: str) -> int | None:
@@ -257,6 +258,7 @@ def _render_params():
 
 @pytest.mark.parametrize("server,case", _render_params())
 def test_render_matches_vllm(ours, server, case):
+    RAN.add(("render", server, case["id"]))
     resp = _post(ours(server), case["route"], case)
     problems = compare_answer("render", server, case["id"], case, resp)
     if resp.status_code == 200:
@@ -282,6 +284,7 @@ def _derender_params():
 
 @pytest.mark.parametrize("server,case", _derender_params())
 def test_derender_matches_vllm(ours, server, case):
+    RAN.add((case["kind"], server, case["id"]))
     client = ours(server)
     problems: list[str] = []
     if "calls" not in case:
@@ -439,6 +442,7 @@ def _info_params():
 
 @pytest.mark.parametrize("recorded", _info_params())
 def test_info_routes_match_vllm(ours, recorded):
+    RAN.add(("info", recorded["method"], recorded["route"]))
     resp = ours("qwen3-hermes").request(recorded["method"], recorded["route"])
     problems = compare_answer("info", "qwen3-hermes", recorded["route"], recorded,
                               httpx.Response(resp.status_code, content=resp.content, headers=resp.headers)
@@ -459,3 +463,12 @@ def test_every_deliberate_difference_is_in_the_readme():
     readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
     missing = [d.readme for d in differences.DIFFERENCES if d.readme not in readme]
     assert not missing, f"README's comparison with vLLM lacks: {missing}"
+
+
+def test_no_stale_differences():
+    """Runs last: when every comparison ran, every deliberate difference must still be needed."""
+    total = len(_render_params()) + len(_derender_params()) + len(_info_params())
+    if len(RAN) < total:
+        pytest.skip("only part of the corpus ran; run the whole module to check the difference list")
+    stale = [d.readme + " / " + d.path for i, d in enumerate(differences.DIFFERENCES) if i not in USED_DIFFERENCES]
+    assert not stale, f"deliberate differences no answer needs any more (remove them): {stale}"
