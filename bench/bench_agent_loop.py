@@ -169,8 +169,8 @@ def summarise(turns: dict[str, list[list[dict]]], args: argparse.Namespace) -> d
     differ = sum(a["text"] != b["text"] for ca, cb in zip(turns["off"], turns["on"]) for a, b in zip(ca, cb))
     return {"workload": "agent-loop", "target": "render-service drive (reference engines, SmolLM2-135M)",
             "params": {"turns": args.turns, "conversations": args.conversations, "tool_chars": args.tool_chars,
-                       "max_tokens": args.max_tokens, "edit_turn": args.edit_turn}, "turns_with_different_answers": differ,
-            "turns": per_turn}
+                       "max_tokens": args.max_tokens, "edit_turn": args.edit_turn},
+            "turns_with_different_answers": differ, "turns": per_turn}
 
 
 def table(result: dict) -> str:

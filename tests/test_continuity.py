@@ -117,7 +117,8 @@ def test_qwen3_mapping_arguments_are_reserialised():
     the model wrote them compactly, so the prompt leaves the held sequence inside them."""
     loop = Loop("qwen3", tools=[WEATHER_TOOL])
     user = {"role": "user", "content": "Weather in Paris?"}
-    out1 = '<think>\nCall.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city":"Paris"}}\n</tool_call><|im_end|>'
+    out1 = ('<think>\nCall.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city":"Paris"}}\n'
+            '</tool_call><|im_end|>')
     p1, _ = loop.turn([user], out1)
     call = {"type": "function", "id": "c1", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
     tool = {"role": "tool", "tool_call_id": "c1", "content": "sunny"}

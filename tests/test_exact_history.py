@@ -79,7 +79,8 @@ def test_qwen3_keeps_past_reasoning():
     prompt, _ = exact_prompt(held, messages, render, encode, decode)
     template_text = decode(template_ids(tok, messages))
     assert "<think>\nGreeting.\n</think>" not in template_text
-    assert decode(prompt) == template_text.replace("assistant\nHello!", "assistant\n<think>\nGreeting.\n</think>\n\nHello!")
+    kept = "assistant\n<think>\nGreeting.\n</think>\n\nHello!"
+    assert decode(prompt) == template_text.replace("assistant\nHello!", kept)
 
 
 def test_refusals_and_close():
@@ -122,7 +123,7 @@ def test_prefix_property_on_random_loops(model, eos):
             assert prompt[: len(held.token_ids)] == held.token_ids
             assert decode(prompt[len(held.token_ids):]) == appended
             assert user.strip() in appended and appended.endswith(gen_tail)  # Llama trims content
-            assert appended.startswith(eos) != stopped  # the closing stop token is added exactly when the answer lacked it
+            assert appended.startswith(eos) != stopped  # the stop token is added exactly when the answer lacked it
             held = HeldSequence(prompt, [])
 
     run()

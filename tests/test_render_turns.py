@@ -49,7 +49,8 @@ def test_qwen3_continuity_turn_by_turn_and_token_exact_history(qwen3):
     ids = exact.json()["token_ids"]
     assert ids[: len(p1) + len(out)] == p1 + out
     assert exact.json()["continuity"]["extends"] is True and exact.json()["continuity"]["reason"] is None
-    assert tok.decode(ids, skip_special_tokens=False).endswith("<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n")
+    tail = "<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.decode(ids, skip_special_tokens=False).endswith(tail)
 
     metrics = httpx.get(url + "/metrics").text
     assert 'render_service_continuity_common_prefix_ratio_count{reason="reasoning_dropped"}' in metrics
