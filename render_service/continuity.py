@@ -17,9 +17,10 @@ the first character where they differ, in this order:
     tokens (a BPE merge across the end of the answer and the template's next text).
 ``reasoning_dropped``
     The held text has a reasoning block (``<think>…</think>`` and its trailing whitespace)
-    at that point and the new prompt skips it: the template drops past reasoning (Qwen3
-    drops it for every assistant turn before the last user query, including the empty
-    ``<think>\\n\\n</think>`` of a non-thinking turn).
+    at that point and the new prompt has none where it starts: the template drops past
+    reasoning (Qwen3 drops it for every assistant turn before the last user query,
+    including the empty ``<think>\\n\\n</think>`` of a non-thinking turn). A block both
+    have but write differently falls to the reasons below (edited or re-rendered).
 ``tool_arguments_reserialised``
     Both texts hold a JSON value starting before that point that parses to the same data
     but is written differently: the template re-serialised tool-call arguments
@@ -177,7 +178,8 @@ def _reason(held: str, new: str, at: int, at_token: int, *, held_token_end: int,
             system_end_char: int | None, markers: tuple[tuple[str, str], ...]) -> str:
     if at > at_token and at >= held_token_end:
         return "retokenised"
-    if _in_reasoning_block(held, at, markers):
+    block = _reasoning_block_at(held, at, markers)
+    if block is not None and not new.startswith(block, _block_start(held, at, block)):
         return "reasoning_dropped"
     if _json_reserialised(held, new, at):
         return "tool_arguments_reserialised"
@@ -188,9 +190,10 @@ def _reason(held: str, new: str, at: int, at_token: int, *, held_token_end: int,
     return "answer_rerendered"
 
 
-def _in_reasoning_block(text: str, at: int, markers: tuple[tuple[str, str], ...]) -> bool:
-    """True when ``at`` lies in a reasoning block of ``text``: from its start marker to the
-    end of the whitespace after its end marker (an unclosed block runs to the end)."""
+def _reasoning_block_at(text: str, at: int, markers: tuple[tuple[str, str], ...]) -> str | None:
+    """The start marker of the reasoning block of ``text`` that ``at`` lies in — from its
+    start marker to the end of the whitespace after its end marker (an unclosed block runs
+    to the end) — or None."""
     for start, end in markers:
         s = text.find(start)
         while s != -1 and s <= at:
@@ -199,9 +202,14 @@ def _in_reasoning_block(text: str, at: int, markers: tuple[tuple[str, str], ...]
             while stop < len(text) and text[stop] in " \t\r\n":
                 stop += 1
             if at < stop or e == -1:
-                return True
+                return start
             s = text.find(start, stop)
-    return False
+    return None
+
+
+def _block_start(text: str, at: int, marker: str) -> int:
+    """Where the block holding ``at`` starts (the last ``marker`` at or before it)."""
+    return text.rfind(marker, 0, at + len(marker))
 
 
 def _json_reserialised(held: str, new: str, at: int) -> bool:

@@ -216,3 +216,17 @@ def test_retokenised_and_answer_rerendered():
               llama.prompt(edited), llama.decode)
     assert c.reason == "answer_rerendered" and c.common_prefix_tokens == len(q1)
     assert c.diverged_at_char == len(llama.decode(q1)) + 1  # "H" is common to both answers
+
+
+def test_reasoning_kept_but_rewritten_is_not_dropped():
+    """Qwen3 keeps the reasoning of a tool-loop turn but strips its newlines: the block is in
+    both texts, so the break is the answer re-rendered, not reasoning dropped."""
+    loop = Loop("qwen3", tools=[WEATHER_TOOL])
+    user = {"role": "user", "content": "Weather in Paris?"}
+    out = ('<think>\n\nCall it.\n\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
+           '\n</tool_call><|im_end|>')
+    p1, _ = loop.turn([user], out)
+    call = {"type": "function", "id": "c1", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    a = {"role": "assistant", "content": "", "reasoning_content": "\nCall it.\n", "tool_calls": [call]}
+    _, c = loop.turn([user, a, {"role": "tool", "tool_call_id": "c1", "content": "sunny"}], "x")
+    assert c.reason == "answer_rerendered" and len(p1) < c.common_prefix_tokens < c.held_tokens
