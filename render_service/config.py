@@ -57,3 +57,4 @@ class ServeConfig:
     access_log: bool = True
     enable_log_requests: bool = False
     max_log_len: int | None = None
+    enable_prompt_tokens_details: bool = False     # derender passes the engine's usage.prompt_tokens_details

@@ -66,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--enable-log-requests", action="store_true", help="log each request (method, path, status, ms)")
     g.add_argument("--max-log-len", type=int, default=None, help="with --enable-log-requests: truncate logged bodies")
     g.add_argument("--enable-prompt-tokens-details", action="store_true",
-                   help="accepted: derender passes the engine's usage.prompt_tokens_details through either way")
+                   help="derender reports the engine's usage.prompt_tokens_details (cached_tokens), else null")
     g.add_argument("--trust-remote-code", action="store_true",
                    help="accepted: this server never runs model code (tokenizers and templates are data)")
     known = set(p._option_string_actions)
@@ -120,6 +120,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "access_log": not args.disable_uvicorn_access_log,
         "enable_log_requests": args.enable_log_requests,
         "max_log_len": args.max_log_len,
+        "enable_prompt_tokens_details": args.enable_prompt_tokens_details,
     }
 
 

@@ -191,3 +191,20 @@ def test_generation_config_vllm_drops_the_models_defaults():
         err = _stderr(proc)
     assert sp["temperature"] == 1.0 and sp["top_p"] == 1.0 and "top_k" not in sp
     assert '"POST /v1/chat/completions/render' not in err  # no access log line
+
+
+def test_prompt_tokens_details_only_when_enabled():
+    from render_service.config import ServeConfig
+    from render_service.derender.service import Derenderer
+    from render_service.model import load_model
+    from render_service.wire.derender import DerenderChatRequest
+
+    bundle = load_model(None)
+    body = {"generate_response": {"request_id": "r", "usage": {
+        "prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6, "prompt_tokens_details": {"cached_tokens": 4}},
+        "choices": [{"index": 0, "token_ids": [28]}]}}
+    req = DerenderChatRequest.model_validate(body)
+    plain = Derenderer(bundle, ServeConfig()).chat(req)["usage"]
+    enabled = Derenderer(bundle, ServeConfig(enable_prompt_tokens_details=True)).chat(req)["usage"]
+    assert plain["prompt_tokens_details"] is None
+    assert enabled["prompt_tokens_details"] == {"cached_tokens": 4}

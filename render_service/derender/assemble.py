@@ -98,9 +98,11 @@ def completion_choice(index: int, delta: Delta, plan: Plan, token_ids: list[int]
     return out
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int, prompt_tokens_details: dict | None = None) -> dict:
+    """OpenAI usage; ``prompt_tokens_details`` only with ``--enable-prompt-tokens-details`` (vLLM's flag)."""
     return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-            "completion_tokens": completion_tokens, "prompt_tokens_details": None, "completion_tokens_details": None}
+            "completion_tokens": completion_tokens, "prompt_tokens_details": prompt_tokens_details,
+            "completion_tokens_details": None}
 
 
 def chat_chunk(rid: str, created: int, model: str, choices: list[dict], usage_: dict | None, metrics: Any = None) -> dict:

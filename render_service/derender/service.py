@@ -113,7 +113,8 @@ class Derenderer:
             "id": assemble.response_id(gen.request_id, "chat"), "object": "chat.completion",
             "created": gen.created or int(time.time()), "model": self.model_name(req.model), "choices": choices,
             "service_tier": None, "system_fingerprint": None,
-            "usage": assemble.usage(self._prompt_tokens(req.prompt_tokens, gen, prompt), completion),
+            "usage": assemble.usage(self._prompt_tokens(req.prompt_tokens, gen, prompt), completion,
+                                    self.prompt_tokens_details(gen)),
             "prompt_logprobs": gen.prompt_logprobs,
             "prompt_token_ids": gen.prompt_token_ids if plan.return_token_ids else None, "prompt_text": None,
             "kv_transfer_params": gen.kv_transfer_params, "ec_transfer_params": gen.ec_transfer_params,
@@ -148,6 +149,14 @@ class Derenderer:
             "kv_transfer_params": kv, "ec_transfer_params": gens[0].ec_transfer_params if n == 1 else None,
             "metrics": gens[0].metrics if n == 1 else None,
         }
+
+    def prompt_tokens_details(self, gen: GenerateResponse) -> dict | None:
+        """The engine's ``usage.prompt_tokens_details`` (e.g. ``cached_tokens``) when the server
+        runs with ``--enable-prompt-tokens-details``, else None (as vLLM)."""
+        if not self.config.enable_prompt_tokens_details or gen.usage is None:
+            return None
+        details = getattr(gen.usage, "prompt_tokens_details", None)
+        return details if isinstance(details, dict) else None
 
     def _prompt_tokens(self, given: int | None, gen: GenerateResponse, prompt: list[int] | None) -> int:
         if given is not None:
@@ -276,7 +285,7 @@ class StreamSession:
         if gen.usage is None:
             return None
         p = prompt_tokens if prompt_tokens is not None else gen.usage.prompt_tokens
-        return assemble.usage(p, gen.usage.completion_tokens)
+        return assemble.usage(p, gen.usage.completion_tokens, self.d.prompt_tokens_details(gen))
 
     def chunk(self, gen: GenerateResponse, choices: list[dict], model: str, prompt_tokens: int | None) -> dict:
         rid = assemble.response_id(self.rid or gen.request_id, self.plan.kind)

@@ -148,6 +148,7 @@ class Usage(BaseModel):
     prompt_tokens: Count = 0
     completion_tokens: Count = 0
     total_tokens: Count = 0
+    prompt_tokens_details: dict | None = None  # e.g. {"cached_tokens": N}; derender reports it on request
 
 
 class GenerateResponse(BaseModel):
