@@ -58,3 +58,4 @@ class ServeConfig:
     enable_log_requests: bool = False
     max_log_len: int | None = None
     enable_prompt_tokens_details: bool = False     # derender passes the engine's usage.prompt_tokens_details
+    enable_request_id_headers: bool = False        # every response carries X-Request-Id

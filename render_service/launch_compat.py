@@ -67,6 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-log-len", type=int, default=None, help="with --enable-log-requests: truncate logged bodies")
     g.add_argument("--enable-prompt-tokens-details", action="store_true",
                    help="derender reports the engine's usage.prompt_tokens_details (cached_tokens), else null")
+    g.add_argument("--enable-request-id-headers", action="store_true",
+                   help="every response carries X-Request-Id: the request's, else a random one (as vLLM)")
     g.add_argument("--trust-remote-code", action="store_true",
                    help="accepted: this server never runs model code (tokenizers and templates are data)")
     known = set(p._option_string_actions)
@@ -121,6 +123,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "enable_log_requests": args.enable_log_requests,
         "max_log_len": args.max_log_len,
         "enable_prompt_tokens_details": args.enable_prompt_tokens_details,
+        "enable_request_id_headers": args.enable_request_id_headers,
     }
 
 
@@ -218,6 +221,30 @@ def generation_config(model_config: dict, config) -> dict:
         path = Path(config.generation_config) / "generation_config.json"
         base = {**model_config, **(json.loads(path.read_text()) if path.is_file() else {})}
     return {**base, **(config.override_generation_config or {})}
+
+
+class RequestIdHeaderMiddleware:
+    """``--enable-request-id-headers``: each response carries ``X-Request-Id`` (the request's own,
+    else a random uuid4 hex), as vLLM's `XRequestIdMiddleware`."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        import uuid
+
+        given = dict(scope.get("headers") or []).get(b"x-request-id")
+        request_id = given or uuid.uuid4().hex.encode()
+
+        async def send_with_id(message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", request_id)]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
 
 
 class RequestLogMiddleware:

@@ -107,6 +107,8 @@ def build_app(config: ServeConfig):
     app = create_app(bundle, config)
     if config.enable_log_requests:
         app.add_middleware(launch_compat.RequestLogMiddleware, max_log_len=config.max_log_len)
+    if config.enable_request_id_headers:
+        app.add_middleware(launch_compat.RequestIdHeaderMiddleware)
     return app, bundle, config
 
 

@@ -186,10 +186,13 @@ def test_vllm_command_line_starts_and_honours_flags(tmp_path):
 @needs_shared
 def test_generation_config_vllm_drops_the_models_defaults():
     with _serve(str(MODELS / "qwen3"), "--generation-config", "vllm", "--disable-uvicorn-access-log",
-                "--root-path", "/render") as (client, proc):
+                "--root-path", "/render", "--enable-request-id-headers") as (client, proc):
         sp = client.post("/v1/chat/completions/render", json=CHAT).json()["sampling_params"]
+        echoed = client.get("/v1/models", headers={"X-Request-Id": "abc"}).headers.get("x-request-id")
+        fresh = client.get("/v1/models").headers.get("x-request-id")
         err = _stderr(proc)
     assert sp["temperature"] == 1.0 and sp["top_p"] == 1.0 and "top_k" not in sp
+    assert echoed == "abc" and fresh and len(fresh) == 32
     assert '"POST /v1/chat/completions/render' not in err  # no access log line
 
 
