@@ -15,6 +15,7 @@ NumPy's ufuncs release the GIL, so resizes in a thread pool run in parallel.
 from __future__ import annotations
 
 import math
+import threading
 from functools import lru_cache
 
 import numpy as np
@@ -137,25 +138,47 @@ _rows_kernel = compile_kernel(_rows_loop)
 _transpose_rgb_kernel = compile_kernel(_transpose_rgb_loop)
 
 
-def _rows_compiled(src: np.ndarray, out_size: int) -> np.ndarray:
+_SCRATCH_MAX = 16 << 20   # bytes: intermediates up to this size reuse a per-thread buffer
+_local = threading.local()
+
+
+def _buffer(shape: tuple[int, ...], slot: int | None) -> np.ndarray:
+    """A uint8 array of ``shape``: fresh (``slot`` None or too large), else the calling thread's
+    reusable intermediate buffer ``slot`` — already faulted in, so a request does not pay
+    page faults for its intermediates (measured ~3,000 faults per cold request before)."""
+    size = math.prod(shape)
+    if slot is None or size > _SCRATCH_MAX:
+        return np.empty(shape, np.uint8)
+    bufs = getattr(_local, "bufs", None)
+    if bufs is None:
+        bufs = _local.bufs = [np.empty(0, np.uint8)] * 3
+    if bufs[slot].size < size:
+        bufs[slot] = np.empty(size, np.uint8)
+    return bufs[slot][:size].reshape(shape)
+
+
+def _rows_compiled(src: np.ndarray, out_size: int, slot: int | None = None) -> np.ndarray:
     index, weights, precision = axis_weights(src.shape[0], out_size)
     flat = src.reshape(src.shape[0], -1)
-    out = _rows_kernel(flat, index, weights, np.int32(precision), np.empty((out_size, flat.shape[1]), np.uint8))
+    out = _rows_kernel(flat, index, weights, np.int32(precision), _buffer((out_size, flat.shape[1]), slot))
     return out.reshape((out_size,) + src.shape[1:])
 
 
-def _transpose(src: np.ndarray) -> np.ndarray:
+def _transpose(src: np.ndarray, slot: int | None = None) -> np.ndarray:
     h, w, c = src.shape
     if c != 3:
         return np.ascontiguousarray(src.transpose(1, 0, 2))
-    return _transpose_rgb_kernel(src.reshape(h, w * 3), np.empty((w, h * 3), np.uint8)).reshape(w, h, 3)
+    return _transpose_rgb_kernel(src.reshape(h, w * 3), _buffer((w, h * 3), slot)).reshape(w, h, 3)
 
 
 def _resize_compiled(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Horizontal pass on the transpose, then the vertical pass; intermediates in scratch buffers,
+    the result always a fresh array."""
     out = np.ascontiguousarray(image)
+    vertical = height != image.shape[0]
     if width != image.shape[1]:
-        out = _transpose(_rows_compiled(_transpose(out), width))
-    if height != image.shape[0]:
+        out = _transpose(_rows_compiled(_transpose(out, 0), width, 1), 2 if vertical else None)
+    if vertical:
         out = _rows_compiled(out, height)
     return out
 
