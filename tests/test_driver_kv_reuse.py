@@ -173,3 +173,34 @@ def test_fallbacks_end_to_end_give_a_full_prefill_and_the_same_output():
                 fresh = httpx.post(both.url + "/inference/v1/generate", timeout=120, json={
                     "token_ids": prompt, "sampling_params": {"temperature": 0, "max_tokens": 24}}).json()
                 assert answer2["token_ids"] == fresh["choices"][0]["token_ids"]
+
+
+@pytest.mark.parametrize("door", ["responses", "messages"])
+def test_responses_and_messages_doors_reuse_too(setup, door):
+    """Agents on the Responses and Anthropic Messages APIs get the same reuse: turn 2 pulls
+    turn 1's KV and prefill computes only what follows."""
+    headers = {"X-Conversation-Id": f"door-{door}"}
+
+    def turn(history: list[dict], stream: bool) -> tuple[str, httpx.Headers]:
+        if door == "responses":
+            body = {"input": history, "max_output_tokens": 16, "temperature": 0, "stream": stream}
+        else:
+            body = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "messages": history, "max_tokens": 16,
+                    "temperature": 0, "stream": stream}
+        r = httpx.post(f"{setup['url']}/v1/{door}", json=body, headers=headers, timeout=120)
+        assert r.status_code == 200, r.text
+        if stream:
+            return "", r.headers
+        data = r.json()
+        if door == "responses":
+            return "".join(c["text"] for o in data["output"] if o["type"] == "message" for c in o["content"]), r.headers
+        return "".join(b["text"] for b in data["content"] if b["type"] == "text"), r.headers
+
+    history = [{"role": "user", "content": "What is the capital of France?"}]
+    text, first = turn(history, stream=False)
+    assert first["x-kv-reuse"] == "no_history"
+    history += [{"role": "assistant", "content": text}, {"role": "user", "content": "And of Italy?"}]
+    _, second = turn(history, stream=True)
+    assert second["x-kv-reuse"] == "pulled", dict(second)
+    pulled, computed = int(second["x-prefill-pulled-tokens"]), int(second["x-prefill-computed-tokens"])
+    assert pulled > 0 and computed < pulled

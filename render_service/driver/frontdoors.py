@@ -106,15 +106,22 @@ class FrontDoorFlow:
         drv.metrics.in_flight.inc()
         base_id = str(headers.get("x-request-id") or new_request_id())
         reply = {"x-request-id": base_id}
+        key = conversation_key(body, headers)
+        reuse = drv.kv_reuse if key is not None else None  # bidirectional KV (conversations.KVReuse)
         try:
-            req = validate(_REQUESTS[kind], body)
+            rendered_body = reuse.render_body(key, body) if reuse is not None else body
+            req = validate(_REQUESTS[kind], rendered_body)
             with timer.measure("render"):
-                gen = await self._render(kind, req, body, base_id)
-            leg = Leg(drv, gen, conversation_key(body, headers), scope, timer)
+                gen = await self._render(kind, req, rendered_body, base_id)
+            leg = Leg(drv, gen, key, scope, timer)
+            if reuse is not None:
+                reuse.prepare(key, leg, reply)
             if body.get("stream") is True:
                 await self._stream(kind, req, body, leg, timer, out, reply)
             else:
                 await self._whole(kind, req, body, leg, timer, out, reply)
+            if reuse is not None:
+                reuse.finish(key, leg)
         except OpenAIError as err:
             if isinstance(err, HopError):
                 drv.metrics.upstream_errors.labels(err.hop, str(err.status)).inc()

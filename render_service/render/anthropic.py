@@ -45,6 +45,7 @@ from ..wire.frontdoors import AnthropicMessagesRequest
 from ..wire.openai import ChatCompletionRequest
 from ..multimodal import anthropic_image_url
 from .chat import render_chat
+from .turns import carry_agent_loop_fields
 from .media import MediaInput
 
 BILLING_HEADER = "x-anthropic-billing-header"
@@ -66,7 +67,7 @@ def render_messages(bundle: ModelBundle, config: ServeConfig, req: AnthropicMess
     """
     source = bundle.chat_template.source if bundle.chat_template is not None else None
     effort = disabled_thinking_effort(bundle, config) if req.thinking is not None and req.thinking.type == "disabled" else "none"
-    body = messages_to_chat(req, effort, merges_inline_system(source))
+    body = carry_agent_loop_fields(req, messages_to_chat(req, effort, merges_inline_system(source)))
     budget = body.pop("thinking_token_budget", None)
     gen = render_chat(bundle, config, validate(ChatCompletionRequest, body), request_id, media)
     if budget is not None:

@@ -35,6 +35,7 @@ from ..wire.openai import ChatCompletionRequest
 from .chat import render_chat
 from .media import MediaInput
 from .roles import developer_as_system
+from .turns import carry_agent_loop_fields
 from .request import new_request_id
 
 # Responses fields that mean the same in a chat request.
@@ -58,7 +59,7 @@ def render_responses(bundle: ModelBundle, config: ServeConfig, req: ResponsesReq
     Raises:
         OpenAIError: 400 as `responses_to_chat` and the chat front door raise.
     """
-    body = responses_to_chat(req)
+    body = carry_agent_loop_fields(req, responses_to_chat(req))
     if bundle.chat_template is not None:
         body["messages"] = developer_as_system(body["messages"], bundle.chat_template.source)
     chat = validate(ChatCompletionRequest, body)

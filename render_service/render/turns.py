@@ -125,6 +125,16 @@ def render_turn(bundle: ModelBundle, config: ServeConfig, req: Any, template: Ch
     return Turn(list(token_ids), figure, exact)
 
 
+AGENT_LOOP_FIELDS = ("previous_turn", "token_exact_history")
+
+
+def carry_agent_loop_fields(req: Any, body: dict) -> dict:
+    """The chat ``body`` a front door (Responses, Anthropic Messages) converted ``req`` into,
+    with the request's agent-loop extensions (kept there as extra fields) carried over."""
+    extra = getattr(req, "model_extra", None) or {}
+    return {**body, **{k: extra[k] for k in AGENT_LOOP_FIELDS if extra.get(k) is not None}}
+
+
 def assistant_tokens_mask(bundle: ModelBundle, req: Any, template: ChatTemplate, kwargs: dict,
                           token_ids: list[int], turn: Turn | None,
                           media: bool = False) -> tuple[list[int], list[int]] | None:
