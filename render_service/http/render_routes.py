@@ -7,9 +7,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..policy import effective_tool_choice
+from ..policy import effective_tool_choice, tool_parser_active
 from ..render import new_request_id, render_chat, render_completion
-from ..render.chat import chat_tool_constraint
+from ..render.tool_constraints import unenforced
 from ..render.media import chat_media_parts, load_media_input, mm_payload
 from ..wire.openai import ChatCompletionRequest, CompletionRequest
 from .common import AppContext, JSONResponse, read_json, validate
@@ -34,7 +34,8 @@ def routes(ctx: AppContext) -> list[Route]:
         media = await load_media_input(ctx.multimodal, chat_media_parts(req.messages), mm_payload(req))
         out = await ctx.run_cpu(render_chat, ctx.bundle, ctx.config, req, rid, media)
         ctx.metrics.rendered(request.url.path, out)
-        note = chat_tool_constraint(ctx.config, req, effective_tool_choice(req.tool_choice, req.tools)).note
+        parser = ctx.config.tool_call_parser if tool_parser_active(ctx.config) else None
+        note = unenforced(parser, req.tools, effective_tool_choice(req.tool_choice, req.tools))
         # a forced call nothing will enforce (render.tool_constraints): say so rather than fail
         headers = {TOOL_CHOICE_UNCONSTRAINED: note} if note else None
         if (out.get("features") or {}).get("kwargs_data"):

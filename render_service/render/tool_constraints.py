@@ -279,6 +279,22 @@ def _has_own_constraint(req) -> bool:
     return bool(so) or (req.response_format or {}).get("type") in ("json_object", "json_schema", "structural_tag")
 
 
+def unenforced(parser: str | None, tools: list | None, tool_choice: str | dict) -> str | None:
+    """Why a forced call (``required`` / named) reaches the engine with nothing enforcing it, or
+    None when it is enforced (or not forced). Cheap: builds no tag."""
+    if parser is None or not tools or not (tool_choice == "required" or named_tool(tool_choice) is not None):
+        return None
+    choice = "named" if named_tool(tool_choice) is not None else "required"
+    model = STRUCTURAL_TAG_MODELS.get(parser)
+    if model is None:
+        if parser in JSON_SCHEMA_PARSERS:
+            return None
+        return f"{parser} has no fixed call syntax to enforce; tool_choice {choice} is passed unconstrained"
+    if model not in BUILDERS and model not in SCHEMA_BUILDERS:
+        return f"the {model} structural tag is not built by this server; tool_choice {choice} is passed unconstrained"
+    return None
+
+
 def tool_constraint(parser: str | None, req, tool_choice: str | dict, strict_level: str | None = None) -> ToolConstraint:
     """The constraint for a chat request's ``tools`` / ``tool_choice`` under tool parser ``parser``.
 
@@ -304,10 +320,7 @@ def tool_constraint(parser: str | None, req, tool_choice: str | dict, strict_lev
         if parser in JSON_SCHEMA_PARSERS and choice != "auto":
             return ToolConstraint(structured_outputs_object(json=_json_schema(req.tools, forced, req.parallel_tool_calls)),
                                   True)
-        if choice == "auto":
-            return KEEP
-        return ToolConstraint(None, False, f"{parser} has no fixed call syntax to enforce; tool_choice "
-                                           f"{'named' if forced else choice} is passed unconstrained")
+        return ToolConstraint(None, False, unenforced(parser, req.tools, tool_choice))
     single_call = req.parallel_tool_calls is False
     level = STRICT_LEVELS.index(strict_level) if strict_level else DEFAULT_STRICT_LEVEL.get(parser, 0)
     own = _has_own_constraint(req)
@@ -325,10 +338,7 @@ def tool_constraint(parser: str | None, req, tool_choice: str | dict, strict_lev
         params = {(t.get("function") or {})["name"]: (t.get("function") or {}).get("parameters") for t in tools}
         builder = lambda args, choice: SCHEMA_BUILDERS[model](args, choice, params)  # noqa: E731
     if builder is None:
-        if choice == "auto":
-            return KEEP
-        return ToolConstraint(None, False, f"the {model} structural tag is not built by this server; tool_choice "
-                                           f"{'named' if forced else choice} is passed unconstrained")
+        return ToolConstraint(None, False, unenforced(parser, req.tools, tool_choice))
     args = [((t.get("function") or {})["name"], _argument_schema(t, level)) for t in tools]
     fmt = builder(args, choice)
     if single_call:
