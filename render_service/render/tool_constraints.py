@@ -22,6 +22,7 @@ request unconstrained; `ToolConstraint.note` says so and the render route report
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -336,7 +337,7 @@ def tool_constraint(parser: str | None, req, tool_choice: str | dict, strict_lev
     builder = BUILDERS.get(model)
     if model in SCHEMA_BUILDERS:
         params = {(t.get("function") or {})["name"]: (t.get("function") or {}).get("parameters") for t in tools}
-        builder = lambda args, choice: SCHEMA_BUILDERS[model](args, choice, params)  # noqa: E731
+        builder = functools.partial(SCHEMA_BUILDERS[model], params=params)
     if builder is None:
         return ToolConstraint(None, False, unenforced(parser, req.tools, tool_choice))
     args = [((t.get("function") or {})["name"], _argument_schema(t, level)) for t in tools]
