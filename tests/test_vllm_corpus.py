@@ -127,8 +127,9 @@ class OurServer:
             self.proc.wait()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ours():
+    """Our servers, started on first use and stopped when this module's tests are done."""
     started: dict[str, OurServer] = {}
 
     def get(server: str) -> httpx.Client:
