@@ -108,8 +108,15 @@ def parse_header(how: str, header: str) -> tuple[str | None, str | None]:
     ``attr:NAME``: the value of attribute NAME, XML-unescaped (Kimi K3 ``call tool="f"``).
     ``blank``: the header is only blanks between two markers (InternLM
     ``<|action_start|> <|plugin|>``); the body names the call (see ``ToolStage``).
+    ``strip:P1<TAB>P2``: the text without the first of these prefixes it starts with (Gemma 4
+    ``call:NAME``, and the bare ``:NAME`` some checkpoints write).
     """
     text = header.strip()
+    if how.startswith("strip:"):
+        for prefix in how[len("strip:"):].split("\t"):
+            if text.startswith(prefix):
+                return (text[len(prefix):].strip() or None), None
+        return (text or None), None
     if how.startswith("between:"):
         begin, end = how[len("between:"):].split("\t", 1)
         i, j = text.find(begin), text.rfind(end)
@@ -343,7 +350,7 @@ FORMATS.update({f.name: f for f in (
                call_end=(_PLAMO("end_tool_arguments") + _PLAMO("end_tool_request"),
                          _PLAMO("end_tool_arguments")),
                families="PLaMo 3"),
-    ToolFormat("gemma4", "gemma", call_begin=("<|tool_call>",), header_end=("{",), header="after:call:",
+    ToolFormat("gemma4", "gemma", call_begin=("<|tool_call>",), header_end=("{",), header="strip:call:\t:",
                call_end=("<tool_call|>",), quote='<|"|>', families="Gemma 4"),
     ToolFormat("functiongemma", "gemma", call_begin=("<start_function_call>",), header_end=("{",),
                header="after:call:", call_end=("<end_function_call>",), quote="<escape>",

@@ -190,6 +190,7 @@ def _samples(spec, rt) -> list:
     ("gemma4-nested", spec("gemma4"),
      '<|tool_call>call:search{query:<|"|>a:b<|"|>,filters:{tags:[<|"|>x<|"|>,2],deep:{k:null}},limit:2.5}<tool_call|>'
      '<|tool_call>call:noop{}<tool_call|>'),
+    ("gemma4-bare-opener", spec("gemma4"), '<|tool_call>:get_weather{city:<|"|>Oslo<|"|>}<tool_call|>'),
     ("gemma4-cut", spec("gemma4"), '<|tool_call>call:get_weather{city:<|"|>Par'),
     ("functiongemma", spec("functiongemma"),
      "<start_function_call>call:get_weather{city:<escape>Paris<escape>,days:2}<end_function_call>"),
@@ -359,4 +360,5 @@ FAMILY_EXPECTED = {
     'muse-developer-dropped': (None, 'Hi.', []),
     'hy-v3-no-think': (None, 'r</think>c', []),
     'dsml-v4-effort-none': (None, 'Direct.', [('noop', '{}')]),
+    'gemma4-bare-opener': (None, None, [('get_weather', '{"city": "Oslo"}')]),
 }
