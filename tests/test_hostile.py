@@ -15,7 +15,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from tests.conftest import free_port
+from conftest import free_port
 
 
 @contextlib.contextmanager
@@ -180,7 +180,7 @@ def test_overload_answers_503_with_retry_after_and_health_stays_up():
     from render_service.config import ServeConfig
     from render_service.http.admission import Admission
     from render_service.server import build_app
-    from tests.conftest import serve_app
+    from conftest import serve_app
 
     app, _, _ = build_app(ServeConfig(max_queue_delay_ms=50))
     app.state.ctx.admission.capacity = 0  # a pool that never frees a slot: every render must wait
@@ -209,7 +209,7 @@ def _derender_body(**chat_request) -> dict:
 
 @pytest.fixture(scope="module")
 def smol_url() -> Iterator[str]:
-    from tests.conftest import render_server
+    from conftest import render_server
 
     with render_server() as url:
         yield url
@@ -229,7 +229,7 @@ def test_pipe_work_goes_through_the_pool_admission():
     CPU pool like everything else (here: a pool that never frees a slot → 503 at open)."""
     from render_service.config import ServeConfig
     from render_service.server import build_app
-    from tests.conftest import serve_app
+    from conftest import serve_app
 
     app, _, _ = build_app(ServeConfig(max_queue_delay_ms=50))
     app.state.ctx.admission.capacity = 0
@@ -310,7 +310,7 @@ def keyed() -> Iterator[tuple[str, object]]:
     from render_service.config import ServeConfig
     from render_service.derender.state import StateCodec
     from render_service.server import build_app
-    from tests.conftest import serve_app
+    from conftest import serve_app
 
     app, bundle, _ = build_app(ServeConfig(stream_state_secret=SECRET))
     with serve_app(app) as url:
@@ -333,7 +333,7 @@ def test_default_key_is_not_derivable_from_public_model_files():
 
     from render_service.config import ServeConfig
     from render_service.server import build_app
-    from tests.conftest import serve_app
+    from conftest import serve_app
 
     app, bundle, _ = build_app(ServeConfig())
     fp = hashlib.sha256(bundle.fingerprint.encode()).hexdigest()[:16]
@@ -425,7 +425,7 @@ def trusting() -> Iterator[tuple[str, object]]:
     from render_service.config import ServeConfig
     from render_service.model import template_sandbox
     from render_service.server import build_app
-    from tests.conftest import serve_app
+    from conftest import serve_app
 
     app, _, _ = build_app(ServeConfig(trust_request_chat_template=True, api_key=("secret-key",)))
     with serve_app(app) as url:
@@ -597,7 +597,7 @@ def test_requests_past_the_in_flight_bound_are_refused_at_the_door():
     its body is read (the event loop's own queue is otherwise unbounded)."""
     from render_service.config import ServeConfig
     from render_service.server import build_app
-    from tests.conftest import serve_app
+    from conftest import serve_app
 
     app, _, _ = build_app(ServeConfig())
     app.state.ctx.admission.max_inflight = 0
