@@ -87,7 +87,7 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return error_response(OpenAIError(500, f"Internal error ({type(exc).__name__}); this is a bug, please report it."))
 
 
-def _multimodal_renderer(bundle, config: ServeConfig, executor):
+def _multimodal_renderer(bundle, config: ServeConfig, run_cpu):
     """A `MultimodalRenderer` when the model directory names a supported vision family, else None."""
     from ..multimodal import MultimodalRenderer, load_processor
     from ..multimodal.flags import from_serve_config
@@ -101,13 +101,13 @@ def _multimodal_renderer(bundle, config: ServeConfig, executor):
     ids = {m: bundle.tokenizer.token_to_id(tok) for m, tok in processor.placeholder_tokens.items()}
     ids = {m: i for m, i in ids.items() if i is not None}
     log.info("multimodal: %s for %s", type(processor).__name__, ", ".join(sorted(ids)))
-    return MultimodalRenderer(processor, from_serve_config(config), ids, executor)
+    return MultimodalRenderer(processor, from_serve_config(config), ids, run_cpu)
 
 
 def create_app(bundle, config: ServeConfig) -> Starlette:
     """The render server for ``bundle`` (a `ModelBundle`) configured by ``config``."""
     ctx = AppContext(bundle=bundle, config=config)
-    ctx.multimodal = _multimodal_renderer(bundle, config, ctx.executor)
+    ctx.multimodal = _multimodal_renderer(bundle, config, ctx.run_cpu)
     routes = []
     for name in ROUTE_MODULES:
         try:
@@ -131,6 +131,7 @@ def create_app(bundle, config: ServeConfig) -> Starlette:
     )
     app.add_middleware(ClientGoneMiddleware)
     app.add_middleware(AdmissionMiddleware, admission=ctx.admission)  # outermost but auth: refuse before reading
+    ctx.metrics.install(app, routes)  # vLLM's HTTP series and ours (http/metrics.py)
     if config.api_key:
         app.add_middleware(ApiKeyMiddleware, keys=config.api_key)
     app.state.ctx = ctx
