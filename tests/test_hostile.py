@@ -617,7 +617,7 @@ def test_prompt_longer_than_the_context_can_hold_is_refused_before_tokenizing(sm
     bundle = load_bundle(ServeConfig())
     limit = bundle.max_model_len * max_chars_per_token(bundle.tokenizer)
     text = "a" * (limit + 1)
-    for route, body in (("/v1/completions/render", {"prompt": text}),
+    for route, body in (("/v1/completions/render", {"prompt": text}), ("/tokenize", {"prompt": text}),
                         ("/v1/chat/completions/render", {"messages": [{"role": "user", "content": text}]})):
         r = httpx.post(smol_url + route, json=body, timeout=60)
         assert r.status_code == 400 and r.json()["error"]["param"] == "input_text", r.text[:300]

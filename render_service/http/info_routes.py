@@ -16,6 +16,7 @@ from starlette.routing import Route
 from .. import __version__
 from ..errors import check_token_ids
 from ..render import render_chat
+from ..render.request import check_prompt_chars
 from ..wire.openai import ChatCompletionRequest
 from .app import authorized, unauthorized
 from .common import AppContext, JSONResponse, read_json, validate
@@ -107,6 +108,7 @@ def routes(ctx: AppContext) -> list[Route]:
         else:
             req = validate(_TokenizePrompt, body)
             ctx.check_model(req.model)
+            check_prompt_chars(bundle, req.prompt, None)  # refused before the tokenizer spends on it
             ids = await ctx.run_cpu(bundle.tokenizer.encode, req.prompt, req.add_special_tokens)
             want_strs = req.return_token_strs
         out: dict[str, Any] = {"count": len(ids), "max_model_len": bundle.max_model_len, "tokens": ids,
@@ -117,7 +119,8 @@ def routes(ctx: AppContext) -> list[Route]:
         req = validate(_Detokenize, await read_json(request, ctx.config.max_body_bytes))
         ctx.check_model(req.model)
         check_token_ids(req.tokens, bundle.tokenizer.vocab_size, "tokens")
-        return JSONResponse({"prompt": await ctx.run_cpu(bundle.tokenizer.decode, req.tokens, True)})
+        # special tokens kept, as vLLM's /detokenize (its recorded answer for <|im_start|>user: "<|im_start|>user")
+        return JSONResponse({"prompt": await ctx.run_cpu(bundle.tokenizer.decode, req.tokens, False)})
 
     async def metrics(request: Request) -> Response:
         text = b"".join(prometheus_client.generate_latest(r)
