@@ -7,8 +7,8 @@
   one Python call per line, keyword arguments whose values are Python *or* JSON literals
   (``None``/``null``, ``True``/``true``) (vLLM ``olmo3``; OLMo 3 chat template).
 
-A call whose name is not one of the request's tools is left out and the others are kept;
-if no call is usable, or the text is not a list of calls, the whole body is content.
+As in the other call lists, a name missing from the request's tools is still a call, so the
+calls after it are kept; text that is not a list of calls is content.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ _JSON_LITERALS = {"null": "None", "true": "True", "false": "False"}
 
 
 def _write(calls: Calls, found: list[tuple[str, str]]) -> bool:
-    usable = [(name, args) for name, args in found if calls.valid(name)]
+    # in a list a name missing from ``tools`` is still a call (as in the JSON and Python call
+    # lists, and as vLLM returns it): the calls after it are kept
+    usable = [(name, args) for name, args in found if calls.plausible(name)]
     for name, args in usable:
         calls.start(name)
         calls.args(args)

@@ -231,7 +231,10 @@ class ResponseTemplateStage:
                 found = _calls_of(_transformed(region, _parse(region, body)))
             except (ValueError, KeyError, TypeError, AttributeError):
                 found = None
-            found = [(n, a) for n, a in found or () if self.calls.valid(n)]
+            # one call in the region: a name missing from tools makes it text; in a list of
+            # calls it is still a call (the calls after it are kept), as in the other families
+            usable = self.calls.valid if len(found or ()) == 1 else self.calls.plausible
+            found = [(n, a) for n, a in found or () if usable(n)]
         if not found:  # not a call after all: the region is content, markers included
             text = self.marker + body + closed_by
             if text:

@@ -120,7 +120,7 @@ VLLM_ANSWERS = json.loads((NAMES_FILE.parent / "parser_answers.json").read_text(
 # Where our answer differs from vLLM 0.33's on purpose (each checked to still differ).
 DIFFERENT = {
     "dsml-unknown": "a call to a function that is not one of the request's tools stays content; vLLM returns it",
-    "apertus": "the unknown `rm_rf` call is left out (vLLM returns it); blank before the calls kept, as for hermes",
+    "apertus": "blank text before the calls is kept as for hermes ('Calling. '); vLLM strips it",
     "dots": "blank text before the calls is kept as for hermes ('Checking.\\n'); vLLM strips it for dots",
     "muse-quoted-call": "an ATEM call quoted in the to=user answer is text, as vLLM's Muse docstring says; "
                         "vLLM 0.33 still extracts it",

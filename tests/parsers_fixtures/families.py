@@ -232,6 +232,9 @@ def _samples(spec, rt) -> list:
     ("hf-pythonic", rt(reasoning=None, template=RT_PYTHONIC),
      ' Sure <|tool_call_start|>[get_weather(city="Paris", metric=true), noop()]<|tool_call_end|> done'),
     ("beam-as-hf", rt("beam", "beam"), "<think>x</think>y"),
+    ("hf-unknown-in-list", rt(reasoning=None, template=RT_PYTHONIC),
+     "<|tool_call_start|>[rm_rf(), noop()]<|tool_call_end|>"),
+    ("olmo3-unknown-in-list", spec("olmo3"), "<function_calls>rm_rf()\nnoop()</function_calls>"),
     # more of each framing, for the comparison with vLLM 0.33's own parsers
     ("dsml-v4-two", spec("deepseek_v4", "deepseek_v4", thinking=True),
      "Two lookups.</think>" + dsml("tool_calls", dsml_invoke("get_weather", ("city", "true", "東京")),
@@ -303,7 +306,7 @@ FAMILY_EXPECTED = {
     'cohere4': ('Use the tool.', 'Sure.', [('get_weather', '{"city": "Paris"}'), ('noop', '{}')]),
     'cohere3-text-only': (None, 'Plain answer.', []),
     'plamo3': ('Think.', None, [('get_weather', '{"city": "Kyoto"}'), ('noop', '{}')]),
-    'apertus': (None, 'Calling. ', [('get_weather', '{"city": "Paris"}'), ('noop', '{}')]),
+    'apertus': (None, 'Calling. ', [('get_weather', '{"city": "Paris"}'), ('rm_rf', '{}'), ('noop', '{}')]),
     'apertus-not-calls': (None, '<|tools_prefix|>[1, 2]<|tools_suffix|> tail', []),
     'lfm2': (None, 'Checking now.', [('get_weather', '{"city": "Paris", "days": 2}')]),
     'lfm2-cut': (None, '<|tool_call_start|>[get_weather(city="Par', []),
@@ -361,4 +364,6 @@ FAMILY_EXPECTED = {
     'hy-v3-no-think': (None, 'r</think>c', []),
     'dsml-v4-effort-none': (None, 'Direct.', [('noop', '{}')]),
     'gemma4-bare-opener': (None, None, [('get_weather', '{"city": "Oslo"}')]),
+    'hf-unknown-in-list': (None, None, [('rm_rf', '{}'), ('noop', '{}')]),
+    'olmo3-unknown-in-list': (None, None, [('rm_rf', '{}'), ('noop', '{}')]),
 }
