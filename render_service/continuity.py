@@ -107,7 +107,7 @@ class Continuity:
         return self.common_prefix_tokens / self.held_tokens if self.held_tokens else 1.0
 
     def as_dict(self) -> dict:
-        """The render response's ``continuity`` field (README, "Continuity")."""
+        """The render response's ``continuity`` field (README, "Agent loops")."""
         return {
             "held_tokens": self.held_tokens,
             "prompt_tokens": self.prompt_tokens,
