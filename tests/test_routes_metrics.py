@@ -112,6 +112,8 @@ def test_every_http_series_vllm_exported_is_exported():
         c.post("/v1/chat/completions/render", json=CHAT), c.post("/v1/chat/completions/render", json={})
         c.post("/v1/completions/render", json={"prompt": "hi"}), c.post("/v1/completions/render", json={})
         ids = c.post("/tokenize", json={"prompt": "hi"}).json()["tokens"]
+        c.post("/tokenize", json={"prompt": "hi", "model": "nope"})
+        c.post("/detokenize", json={"tokens": ids}), c.post("/detokenize", json={"tokens": [-1]})
         gen = {"request_id": "r", "choices": [{"index": 0, "token_ids": ids}]}
         c.post("/v1/chat/completions/derender", json={"generate_response": gen, "chat_request": CHAT})
         c.post("/v1/chat/completions/derender", json={})

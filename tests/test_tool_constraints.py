@@ -28,7 +28,7 @@ NOT_BUILT = {m for m in set(STRUCTURAL_TAG_MODELS.values()) if m not in BUILDERS
 
 
 def _cases():
-    for parser in sorted(set(STRUCTURAL_TAG_MODELS) | JSON_SCHEMA_PARSERS | {"mistral"}):
+    for parser in parsers_api.tool_parser_names():  # every name we accept, as vLLM constrains it
         for form, entry in (VLLM.get(parser) or {}).get("forms", {}).items():
             if "error" not in entry:
                 yield pytest.param(parser, form, entry, id=f"{parser}-{form}")
@@ -75,9 +75,13 @@ CALLS = [("get_weather", {"city": "Zürich \"old town\"", "days": 3}), ("search"
 def _value_text(args: dict, style: str) -> str:
     if style == "json":
         return json.dumps(args, ensure_ascii=False)
-    if style == "qwen_xml":
-        return "\n".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>"
-                         for k, v in args.items())
+    if style == "qwen_xml":  # xgrammar: <parameter=key>value</parameter>
+        return "".join(f"<parameter={k}>{v if isinstance(v, str) else json.dumps(v)}</parameter>"
+                       for k, v in args.items())
+    if style in ("deepseek_xml", "deepseek_v4_1_xml"):  # <｜DSML｜parameter name="k" string="true|false">v</…>
+        bar = "｜DSML｜" + (" " if style == "deepseek_v4_1_xml" else "")
+        return "".join(f'<{bar}parameter name="{k}" string="{str(isinstance(v, str)).lower()}">'
+                       f'{v if isinstance(v, str) else json.dumps(v)}</{bar}parameter>' for k, v in args.items())
     if style == "minimax_xml":
         return "".join(f'<parameter name="{k}">{v if isinstance(v, str) else json.dumps(v)}</parameter>\n'
                        for k, v in args.items())

@@ -12,11 +12,13 @@ instead (``tool_parsers/utils.py::get_json_schema_from_tools``): an array of
 here is checked against vLLM's own output in ``tests/fixtures/vllm/recorded/structural-tags.json``.
 
 Built here: hermes (``qwen3_json``), longcat, llama (``llama3_json``/``llama4_json``),
-qwen_3_coder (``qwen3_xml``/``qwen3_coder``), deepseek_r1 (``deepseek_v3``), deepseek_v3_1,
-kimi, minimax, glm_4_7 (``glm45``/``glm47``, which pins argument keys and value types even
-for non-strict tools) and harmony (``openai``). A family with neither a tag nor a JSON
-answer (``mistral``, which vLLM constrains only with its own tokenizer's grammar) leaves the
-request unconstrained; `ToolConstraint.note` says so and the render route reports it in the
+qwen_3_coder (``qwen3_xml``/``qwen3_coder``/``step3p5``/``step5``), deepseek_r1 (``deepseek_v3``),
+deepseek_v3_1, deepseek_v3_2 / deepseek_v4 / deepseek_v4_1 (DSML), kimi, minimax, mimo, plamo3,
+glm_4_7 (``glm45``/``glm47``/``ling3``, which pins argument keys and value types even for
+non-strict tools) and harmony (``openai``). Not built: kimi_k3 and hy_v4. Those, and a family
+with neither a tag nor a JSON answer (``mistral``, which vLLM constrains only with its own
+tokenizer's grammar; several others vLLM leaves unconstrained too), leave the request
+unconstrained; `ToolConstraint.note` says so and the render route reports it in the
 ``X-Tool-Choice-Unconstrained`` header.
 """
 
@@ -37,12 +39,16 @@ STRUCTURAL_TAG_MODELS = {
     "qwen3_xml": "qwen_3_coder", "qwen3_coder": "qwen_3_coder",
     "deepseek_v3": "deepseek_r1", "deepseek_v31": "deepseek_v3_1",
     "kimi_k2": "kimi", "minimax_m2": "minimax",
-    "glm45": "glm_4_7", "glm47": "glm_4_7", "openai": "harmony",
+    "glm45": "glm_4_7", "glm47": "glm_4_7", "ling3": "glm_4_7", "openai": "harmony",
+    "step3p5": "qwen_3_coder", "step5": "qwen_3_coder", "mimo": "mimo",
+    "deepseek_v32": "deepseek_v3_2", "deepseek_v4": "deepseek_v4", "deepseek_v41": "deepseek_v4_1",
+    "plamo3": "plamo3", "kimi_k3": "kimi_k3", "hy_v4": "hy_v4",
 }
 # Tool parsers whose output vLLM constrains with a JSON schema for required / named choices.
 JSON_SCHEMA_PARSERS = frozenset({
     "pythonic", "llama4_pythonic", "granite", "granite4", "granite-20b-fc", "internlm", "jamba",
-    "hunyuan_a13b", "phi4_mini_json", "xlam", "seed_oss",
+    "hunyuan_a13b", "phi4_mini_json", "xlam", "seed_oss", "apertus", "beam", "cohere_command3", "cohere_command4",
+    "ernie45", "functiongemma", "gigachat3", "hf", "hy_v3", "lfm2", "minicpm5", "olmo3", "step3",
 })
 STRICT_LEVELS = ("auto", "function", "parameter")
 _THINK = ["<think>", "</think>"]
@@ -112,14 +118,44 @@ def _hermes_style(start: str, end: str) -> Callable[[Tools, str], dict]:
     return build
 
 
-def _single_or_triggered(trigger: str, begin: Callable[[str], str], end: str, style: str):
-    """xgrammar's builtin shape for llama / qwen_3_coder: one tag when forced, else triggered tags."""
+def _single_or_triggered(trigger: str, begin: Callable[[str], str], end: str, style: str,
+                         excludes: list[str] = _THINK):
+    """xgrammar's builtin shape for llama / qwen_3_coder / mimo: one tag when forced, else triggered tags."""
     def build(tools: Tools, choice: str) -> dict:
         tags = [_tag(begin(name), _json(schema, style), end) for name, schema in tools]
         if choice == "forced":
             return tags[0]
-        return _triggered([trigger], tags, at_least_one=choice == "required", excludes=_THINK)
+        return _triggered([trigger], tags, at_least_one=choice == "required", excludes=excludes)
     return build
+
+
+def _dsml(section: str, bar: str, style: str):
+    """DeepSeek V3.2 / V4 / V4.1 DSML calls (xgrammar builtins): invokes inside one section."""
+    open_, close = f"<{bar}{section}>", f"</{bar}{section}>"
+
+    def build(tools: Tools, choice: str) -> dict:
+        tags = [_tag(f'<{bar}invoke name="{name}">\n', _json(schema, style), f"</{bar}invoke>\n")
+                for name, schema in tools]
+        if choice == "forced":
+            return _seq(_const(f"\n\n{open_}\n"), tags[0], _const(close))
+        calls = _separated(tags, "", at_least_one=True, stop_after_first=False)
+        if choice == "required":
+            return _seq(_const(f"\n\n{open_}\n"), calls, _const(close))
+        return _triggered([open_], [_tag(f"{open_}\n", calls, close)], excludes=_THINK)
+    return build
+
+
+def _plamo3(tools: Tools, choice: str) -> dict:
+    requests = "<|plamo:begin_tool_requests:plamo|>"
+    end = ["<|plamo:end_tool_requests:plamo|>", "<|plamo:end_tool_requests:plamo|><|plamo:tag|>"]
+    tags = [_tag(f"<|plamo:begin_tool_request:plamo|><|plamo:begin_tool_name:plamo|>{name}"
+                 "<|plamo:end_tool_name:plamo|><|plamo:begin_tool_arguments:plamo|><|plamo:constrain|>json<|plamo:msg|>",
+                 _json(schema), "<|plamo:end_tool_arguments:plamo|><|plamo:end_tool_request:plamo|>")
+            for name, schema in tools]
+    section = _tag(requests, _separated(tags, "", at_least_one=True, stop_after_first=choice == "forced"), end)
+    if choice == "auto":
+        return _triggered([requests], [section])
+    return section
 
 
 def _deepseek(call_begin: Callable[[str], str], call_end: str, separator: str):
@@ -254,6 +290,12 @@ BUILDERS: dict[str, Callable[[Tools, str], dict]] = {
     "kimi": _kimi,
     "minimax": _minimax,
     "harmony": _harmony,
+    "mimo": _single_or_triggered("<tool_call>", lambda n: f"<tool_call><function={n}>", "</function></tool_call>",
+                                 "qwen_xml", excludes=[*_THINK, "</tool_call>", "<function="]),
+    "deepseek_v3_2": _dsml("function_calls", "｜DSML｜", "deepseek_xml"),
+    "deepseek_v4": _dsml("tool_calls", "｜DSML｜", "deepseek_xml"),
+    "deepseek_v4_1": _dsml("calls", "｜DSML｜ ", "deepseek_v4_1_xml"),
+    "plamo3": _plamo3,
 }
 # Builders that also read each tool's parameter schema when the tool is not strict.
 SCHEMA_BUILDERS = {"glm_4_7": _glm}
