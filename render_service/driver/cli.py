@@ -6,8 +6,8 @@ import argparse
 import logging
 import sys
 
-from ..cli import (add_connection_arguments, add_model_arguments, connection_options,
-                   port_type, serve_config_from_args)
+from ..cli import (add_connection_arguments, add_log_level_argument, add_model_arguments,
+                   connection_options, port_type, serve_config_from_args)
 from .config import DriverConfig, split_urls
 
 DESCRIPTION = (
@@ -36,9 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the new prompt leaves it (engines must support retain_kv, as the reference engine does)")
     p.add_argument("--connect-timeout", type=float, default=5.0, metavar="S",
                    help="seconds to connect to an upstream before trying the next one (default 5)")
-    p.add_argument("--uvicorn-log-level", "--log-level", dest="uvicorn_log_level", default="info",
-                   choices=("critical", "error", "warning", "info", "debug"),
-                   help="uvicorn's log level (default info; --log-level works too, as on engine)")
+    add_log_level_argument(p, "info")
     add_connection_arguments(p)
 
 
