@@ -129,6 +129,7 @@ DIFFERENT = {
     "hy-v4-reasoning": "vLLM's hy_v4 names the call 'noop<tool_sep>' with unsuffixed tokens",
     "muse-glimmer": "text outside a channel is kept as content; vLLM drops it",
     "gemma4-text-after": "text after a call is content (as for every family here); vLLM's gemma4 drops it",
+    "step3p5-text-after": "text after a call is content (as for qwen3_coder here); vLLM's Qwen3 engine drops it",
     "gigachat3-role-sep": "vLLM returns the call and also leaves its raw text as content",
     "cohere4": "a call written without arguments gets '{}' (shared case 11); vLLM's Cohere parser sends ''",
     "gemma4-cut": "a cut-off call keeps its partial text ('{\"city\": \"Par'), issue 15; vLLM closes it",
