@@ -31,12 +31,13 @@ from typing import Any, AsyncIterator
 
 import orjson
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from render_service.errors import OpenAIError, bad_request, not_found
-from render_service.http.common import JSONResponse, error_response, read_json, validate
+from render_service.http.common import JSONResponse, error_response, http_error_response, read_json, validate
 from render_service.wire import generate as wire
 from render_service.wire import sse
 
@@ -368,6 +369,7 @@ async def generate(request: Request) -> Response:
     try:
         body = await read_json(request, engine.config.max_body_bytes)
         req = validate(wire.GenerateRequest, body)
+        checks.check_enforceable(body)
         job = engine.make_job(req, request.headers.get("x-request-id"))
         checks.check_vllm_schema(body)  # and refuse what a real vLLM engine refuses that our checks let through
     except OpenAIError as err:
@@ -471,6 +473,7 @@ def create_app(backend: Backend, config: EngineConfig) -> Starlette:
             Route("/stats", stats, methods=["GET"]),
         ],
         lifespan=lifespan,
+        exception_handlers={HTTPException: http_error_response},
     )
     app.state.engine = engine
     return app

@@ -2,7 +2,8 @@
 
 `sampling_spec` applies vLLM's ``SamplingParams`` range checks plus the tokens-only handler
 checks (no ``stop`` strings) and this engine's limits (``n`` = 1, no logprobs);
-`check_request` the request-level checks (token ids, output mode, no multimodal input).
+`check_request` the request-level checks (token ids, output mode, no multimodal input);
+`check_enforceable` refuses structured outputs, which this engine cannot enforce.
 """
 
 from __future__ import annotations
@@ -72,6 +73,26 @@ def check_vllm_schema(body) -> None:
     if error is not None:
         path = ".".join(str(p) for p in error.absolute_path) or None
         raise bad_request(f"Not a valid vLLM 0.33 GenerateRequest: {path or 'body'}: {error.message[:300]}", param=path)
+
+
+# vLLM 0.33 `StructuredOutputsParams` fields that constrain output (the rest are options of these).
+STRUCTURED_OUTPUT_KINDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
+
+
+def check_enforceable(body: dict) -> None:
+    """400 for ``sampling_params.structured_outputs`` that constrain output: render puts a chat
+    ``response_format``, a Responses ``text.format`` and a ``required`` or named ``tool_choice``
+    there, and this engine samples freely, so it would answer as if unconstrained.
+
+    Raises:
+        OpenAIError: 400 naming ``sampling_params.structured_outputs``.
+    """
+    so = (body.get("sampling_params") or {}).get("structured_outputs")
+    kinds = [k for k in STRUCTURED_OUTPUT_KINDS if isinstance(so, dict) and so.get(k) not in (None, False)]
+    if kinds:
+        raise bad_request(f"structured outputs ({', '.join(kinds)}) are not enforced by this reference engine: "
+                          "it cannot honour response_format or a required/named tool_choice",
+                          param="sampling_params.structured_outputs")
 
 
 def check_request(req: GenerateRequest) -> None:

@@ -152,6 +152,10 @@ def test_sse_shape_matches_non_stream(engine):
         ({"token_ids": [1], "sampling_params": {"max_tokens": 0}}, 400, "sampling_params.max_tokens"),
         ({"token_ids": [1], "sampling_params": {"max_tokens": 2, "min_tokens": 3}}, 400, "sampling_params.min_tokens"),
         ({"token_ids": [1], "sampling_params": {"logprobs": 1}}, 400, "sampling_params.logprobs"),
+        ({"token_ids": [1], "sampling_params": {"structured_outputs": {"json_object": True}}}, 400,
+         "sampling_params.structured_outputs"),
+        ({"token_ids": [1], "sampling_params": {"structured_outputs": {"json": {"type": "object"}}}}, 400,
+         "sampling_params.structured_outputs"),
         ({"token_ids": [1], "sampling_params": {"temperature": "hot"}}, 400, "sampling_params.temperature"),
         ({"sampling_params": {}, "token_ids": []}, 400, "token_ids"),
         ({"token_ids": [1, -5]}, 400, "token_ids"),
@@ -351,3 +355,13 @@ def test_refuses_what_vllms_generate_request_refuses(engine):
                       timeout=30)
     assert good.status_code != 400 or "GenerateRequest" not in good.text, good.text
     assert httpx.post(engine.url + GEN, json={**body, "token_ids": "x"}, timeout=30).status_code == 400
+
+
+@pytest.mark.parametrize(("method", "path", "status"), [("GET", "/nope", 404), ("GET", "/inference/v1/generate", 405)])
+def test_unknown_routes_and_methods_are_openai_shaped(engine, method, path, status):
+    r = httpx.request(method, engine.url + path)
+    assert r.status_code == status and r.headers["content-type"] == "application/json", r.text
+    err = r.json()["error"]
+    assert err["code"] == status and path in err["message"]
+    if status == 405:
+        assert r.headers["allow"] == "POST"

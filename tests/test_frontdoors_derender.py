@@ -307,3 +307,46 @@ def test_malformed_bodies_are_4xx_never_5xx(url, path):
         r = httpx.post(url + path, content=json.dumps(body), headers={"content-type": "application/json"}, timeout=30)
         assert 400 <= r.status_code < 500 or r.status_code == 200, (path, body, r.status_code, r.text[:300])
         assert r.status_code != 200 or path.endswith("derender"), (path, body, r.text[:300])
+
+
+@pytest.mark.parametrize("kind", ["responses", "messages"])
+def test_one_choice_with_index_0_or_a_400(qwen, url, kind):
+    """A ``Response`` / ``message`` holds one answer: other choices are refused, never dropped."""
+    req, prompt, ids, rid = setup(qwen, kind, SHORT_TEXT)
+    two = whole_body(kind, req, prompt, ids, rid)
+    two["generate_response"]["choices"].append({"index": 1, "finish_reason": "stop", "token_ids": ids})
+    other = whole_body(kind, req, prompt, ids, rid)
+    other["generate_response"]["choices"][0]["index"] = 5
+    chunk = next(chunk_bodies(kind, req, prompt, [ids], rid))
+    chunk["generate_chunk"]["choices"][0]["index"] = 5
+    for body, param in ((two, "generate_response.choices"), (other, "generate_response.choices.0.index"),
+                        (chunk, "generate_chunk.choices.0.index")):
+        r = httpx.post(f"{url}/v1/{kind}/derender", json=body)
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert "one choice" in err["message"]
+        assert (r.json()["type"] == "error") if kind == "messages" else (err["param"] == param)
+
+
+def test_stream_state_of_another_route_says_so(qwen, url):
+    """A state sent to another derender route names the route it belongs to (not a key error)."""
+    req, prompt, ids, rid = setup(qwen, "responses", SHORT_TEXT)
+    chat = httpx.post(f"{url}/v1/chat/completions/derender", json={
+        "stream": True, "prompt_token_ids": prompt, "chat_request": {"messages": []},
+        "generate_chunk": {"request_id": rid, "choices": [{"index": 0, "token_ids": ids[:2]}]}})
+    assert chat.status_code == 200, chat.text
+    body = next(chunk_bodies("responses", req, prompt, [ids[2:4]], rid))
+    r = httpx.post(f"{url}/v1/responses/derender", json={**body, "stream_state": chat.json()["stream_state"]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stream_state"
+    assert "/v1/chat/completions/derender" in r.json()["error"]["message"], r.text
+    first = httpx.post(f"{url}/v1/responses/derender", json={**body, "stream_state": None})
+    mreq = request_for("messages", qwen[0].served_model_names[0])
+    mbody = next(chunk_bodies("messages", mreq, prompt, [ids[4:6]], rid))
+    r = httpx.post(f"{url}/v1/messages/derender", json={**mbody, "stream_state": first.json()["stream_state"]})
+    assert r.status_code == 400 and r.json()["type"] == "error"
+    assert "/v1/responses/derender" in r.json()["error"]["message"], r.text
+    r = httpx.post(f"{url}/v1/chat/completions/derender", json={
+        "stream": True, "prompt_token_ids": prompt, "chat_request": {"messages": []},
+        "stream_state": first.json()["stream_state"],
+        "generate_chunk": {"request_id": rid, "choices": [{"index": 0, "token_ids": ids[:2]}]}})
+    assert r.status_code == 400 and "/v1/responses/derender" in r.json()["error"]["message"], r.text

@@ -68,8 +68,9 @@ class FrontDoorSession:
                            else AnthropicStream(state=payload["fd"])) if payload.get("fd") is not None else None
             except OpenAIError:
                 raise
-            except Exception as exc:
-                raise bad_request(f"Invalid stream_state: {exc}", "stream_state") from None
+            except Exception:
+                raise bad_request("Invalid stream_state: malformed payload; send back the stream_state of the "
+                                  "previous response of this route unchanged", "stream_state") from None
             self.model = model
 
     def payload(self) -> dict:
@@ -97,8 +98,7 @@ class FrontDoorSession:
     def step(self, gen: GenerateResponse) -> list[dict]:
         """One engine chunk (or the whole response) → back-door events."""
         self.d.check_response(gen, "generate_chunk", streaming=True)
-        if len(gen.choices) > 1:
-            raise bad_request("These APIs return one choice; the engine sent several.", "generate_chunk.choices")
+        one_choice(gen, "generate_chunk")
         limit = self.d.bundle.max_model_len
         fd = self._machine(gen.request_id)
         out: list[dict] = []
@@ -127,11 +127,23 @@ class FrontDoorSession:
     def whole(self, gen: GenerateResponse) -> dict:
         """A complete generate response → the ``Response`` / ``message``."""
         self.d.check_response(gen, "generate_response", streaming=False)
+        one_choice(gen, "generate_response")
         ch = gen.choices[0]
         if ch.finish_reason is None:
             ch = ch.model_copy(update={"finish_reason": "stop"})
         events = self.step(gen.model_copy(update={"choices": [ch]}))
         return final_object(self.kind, events)
+
+
+def one_choice(gen: GenerateResponse, param: str) -> None:
+    """400 unless ``gen`` carries at most one choice, with index 0: a ``Response`` or a
+    ``message`` holds one answer, and dropping the others silently would hide them."""
+    if len(gen.choices) > 1:
+        raise bad_request(f"This API answers with one choice (index 0); `{param}` has {len(gen.choices)}.",
+                          f"{param}.choices")
+    if gen.choices and gen.choices[0].index != 0:
+        raise bad_request(f"This API answers with one choice, index 0; `{param}` has index {gen.choices[0].index}.",
+                          f"{param}.choices.0.index")
 
 
 def final_object(kind: str, events: list[dict]) -> dict:
@@ -172,9 +184,9 @@ class FrontDoorDerenderer:
         payload = None
         if req.stream_state is not None:
             try:
-                payload = self.d.codec.open(req.stream_state)
+                payload = self.d.codec.open(req.stream_state, kind)
             except ValueError as exc:
                 raise bad_request(f"Invalid stream_state: {exc}", "stream_state") from None
         session = self._session(kind, req, payload)
         events = session.step(req.generate_chunk)
-        return {"events": events, "stream_state": self.d.codec.seal(session.payload())}
+        return {"events": events, "stream_state": self.d.codec.seal(session.payload(), kind)}

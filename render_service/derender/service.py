@@ -169,21 +169,21 @@ class Derenderer:
     def chat_stream(self, req: DerenderChatStreamRequest) -> dict:
         """One generate chunk → ``{"chunk": chat.completion.chunk, "stream_state": …}``."""
         plan = chat_plan(self.bundle, self.config, req.chat_request, req.parse_context, req.sampling_params)
-        return self._stream(plan, req)
+        return self._stream(plan, req, "chat")
 
     def completion_stream(self, req: DerenderCompletionStreamRequest) -> dict:
         """One generate chunk → ``{"chunk": text_completion chunk, "stream_state": …}``."""
         plan = completion_plan(self.bundle, req.completion_request, req.sampling_params)
-        return self._stream(plan, req)
+        return self._stream(plan, req, "completion")
 
-    def _stream(self, plan: Plan, req: Any) -> dict:
+    def _stream(self, plan: Plan, req: Any, api: str) -> dict:
         gen: GenerateResponse = req.generate_chunk
         self.check_prompt(req.prompt_token_ids, "prompt_token_ids")
         if req.stream_state is None:
             payload: dict = {"c": int(time.time()), "pl": len(req.prompt_token_ids or []), "ch": {}}
         else:
             try:
-                payload = self.codec.open(req.stream_state)
+                payload = self.codec.open(req.stream_state, api)
                 _check_payload(payload, self.bundle.max_model_len)
             except ValueError as exc:
                 raise bad_request(f"Invalid stream_state: {exc}", "stream_state") from None
@@ -191,7 +191,7 @@ class Derenderer:
         choices = session.step(gen, streaming_keep_empty=True)
         chunk = session.chunk(gen, choices, self.model_name(req.model), req.prompt_tokens)
         try:
-            state = self.codec.seal(session.payload())
+            state = self.codec.seal(session.payload(), api)
         except ValueError as exc:
             raise bad_request(f"Cannot continue this stream statelessly: {exc}.", "generate_chunk") from None
         return {"chunk": chunk, "stream_state": state}

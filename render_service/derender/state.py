@@ -35,6 +35,9 @@ from typing import Any
 import orjson
 
 VERSION = 1
+ROUTES = {"chat": "/v1/chat/completions/derender", "completion": "/v1/completions/derender",
+          "responses": "/v1/responses/derender", "messages": "/v1/messages/derender"}
+"""Route families a state is sealed for (``api`` in the payload) and the route each names."""
 MAX_STATE_BYTES = 16 << 20
 MIN_SECRET_CHARS = 32
 _PROCESS_SECRET = secrets.token_hex(32)  # the default key: random, never derived from public files
@@ -67,19 +70,21 @@ class StateCodec:
     def _mac(self, s: str) -> str:
         return hmac.new(self._key, f"{VERSION}|{self.fp}|{s}".encode(), hashlib.sha256).hexdigest()[:32]
 
-    def seal(self, payload: dict) -> dict:
-        """Wrap ``payload`` (plain JSON data) into the wire object."""
-        s = orjson.dumps(payload).decode()
+    def seal(self, payload: dict, api: str | None = None) -> dict:
+        """Wrap ``payload`` (plain JSON data) into the wire object; ``api`` (a key of `ROUTES`)
+        names the route family that issued it, so `open` can refuse it on another."""
+        s = orjson.dumps(payload if api is None else {**payload, "api": api}).decode()
         if len(s) > MAX_STATE_BYTES:
             raise ValueError(f"the stream's state exceeds {MAX_STATE_BYTES >> 20} MiB; use the pipe route for it")
         return {"v": VERSION, "fp": self.fp, "s": s, "mac": self._mac(s)}
 
-    def open(self, state: Any) -> dict:
-        """Check and unwrap a wire object; returns the payload dict.
+    def open(self, state: Any, api: str | None = None) -> dict:
+        """Check and unwrap a wire object; returns the payload dict. With ``api``, the state
+        must have been sealed for that route family.
 
         Raises:
             ValueError: not our format, another version, another model, MAC mismatch,
-            or a payload that is not a JSON object.
+            a payload that is not a JSON object, or a state of another route family.
         """
         if not isinstance(state, dict) or not {"v", "fp", "s", "mac"} <= state.keys():
             raise ValueError("stream_state is not a render-service state (expected keys v, fp, s, mac); "
@@ -99,4 +104,10 @@ class StateCodec:
             raise ValueError("stream_state payload is not JSON") from None
         if not isinstance(payload, dict):
             raise ValueError("stream_state payload is malformed")
+        issuer = payload.get("api")  # absent in states sealed before it existed: not checked
+        if issuer is not None and not (isinstance(issuer, str) and issuer in ROUTES):
+            raise ValueError("stream_state payload is malformed (api)")
+        if api is not None and issuer is not None and issuer != api:
+            raise ValueError(f"this stream_state belongs to a stream of {ROUTES[issuer]}, not of {ROUTES[api]}; "
+                             "send it back to the route that issued it")
         return payload

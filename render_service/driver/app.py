@@ -9,6 +9,7 @@
 | ``POST /v1/messages/count_tokens`` | ``{"input_tokens"}``: the rendered prompt's length |
 | ``GET /v1/models`` | the served model (in-process render) or the render server's list |
 | ``GET /version`` | in-process render only |
+| ``GET /load`` | ``{"server_load": N}``, N the client requests in flight (serve's route) |
 | ``GET /health`` | ``{"prefill": {url: state}, "decode": {…}[, "render": {…}]}``; 503 unless every hop has a healthy instance |
 | ``GET /metrics`` | Prometheus text (``render_service_driver_*``) |
 
@@ -26,12 +27,14 @@ from typing import Any, Callable
 import httpx
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import OpenAIError, bad_request
-from ..http.common import JSONResponse, error_response, read_json
+from ..http import info_routes
+from ..http.common import JSONResponse, error_response, http_error_response, read_json
 from ..wire.frontdoors import error_body
 from .drain import Drain, answer_cut, shutting_down
 from .flow import Driver
@@ -112,6 +115,7 @@ def create_app(driver: Driver) -> Starlette:
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
+        info_routes.load_route(driver.metrics.server_load),
     ]
     if driver.config.render:
         async def models(request: Request) -> Response:
@@ -123,7 +127,6 @@ def create_app(driver: Driver) -> Starlette:
 
         routes.append(Route("/v1/models", models, methods=["GET"]))
     else:
-        from ..http import info_routes
         from ..http.common import AppContext
 
         # The render server's own /v1/models and /version, bound to the same model.
@@ -138,7 +141,8 @@ def create_app(driver: Driver) -> Starlette:
             await driver.aclose()
 
     app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={OpenAIError: lambda req, exc: error_response(exc)})
+                    exception_handlers={OpenAIError: lambda req, exc: error_response(exc),
+                                        HTTPException: http_error_response})
     app.state.driver = driver
     app.state.drain = drain
     return app

@@ -76,6 +76,10 @@ class DriverMetrics:
         self.in_flight = Gauge("render_service_driver_requests_in_flight", "Client requests being served",
                                registry=r)
 
+    def server_load(self) -> int:
+        """Client requests being served (``GET /load``)."""
+        return int(self.registry.get_sample_value("render_service_driver_requests_in_flight") or 0)
+
     def observe(self, timer: HopTimer) -> None:
         for hop, s in timer.seconds.items():
             self.hop_seconds.labels(hop).observe(s)

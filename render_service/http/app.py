@@ -15,7 +15,7 @@ from ..config import ServeConfig
 from ..errors import OpenAIError
 from .admission import AdmissionMiddleware
 from .cancel import ClientGoneMiddleware
-from .common import AppContext, JSONResponse, error_response
+from .common import AppContext, JSONResponse, error_response, http_error_response
 
 log = logging.getLogger("render_service.http")
 
@@ -64,10 +64,6 @@ class ApiKeyMiddleware:
 
 async def _openai_error(request: Request, exc: OpenAIError) -> JSONResponse:
     return error_response(exc)
-
-
-async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
-    return error_response(OpenAIError(exc.status_code, str(exc.detail)))
 
 
 async def _malformed(request: Request, exc: Exception) -> JSONResponse:
@@ -121,7 +117,7 @@ def create_app(bundle, config: ServeConfig) -> Starlette:
         routes=routes,
         exception_handlers={
             OpenAIError: _openai_error,
-            HTTPException: _http_error,
+            HTTPException: http_error_response,
             **{cls: _malformed for cls in _INPUT_ERRORS},
             ArithmeticError: _unexpected,
             RuntimeError: _unexpected,

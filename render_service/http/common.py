@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 import orjson
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -80,16 +81,37 @@ def error_response(err: OpenAIError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status, headers=headers)
 
 
+async def http_error_response(request: Request, exc: HTTPException) -> JSONResponse:
+    """starlette's own errors (no route: 404; a route without this method: 405, with its
+    ``Allow`` header) in the OpenAI error shape. An exception handler of serve, drive and
+    the reference engine."""
+    path = request.url.path
+    if exc.status_code == 404:
+        message = f"Not Found: no route {path} on this server."
+    elif exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow", "")
+        message = f"Method Not Allowed: {request.method} {path}" + (f"; it takes {allowed}." if allowed else ".")
+    else:
+        message = str(exc.detail)
+    err = OpenAIError(exc.status_code, message)
+    return JSONResponse(err.body(), status_code=err.status, headers=exc.headers)
+
+
 async def read_json(request: Request, max_bytes: int) -> Any:
     """Parse the body as JSON.
 
     Raises:
         OpenAIError: 400 for a non-JSON content type or malformed JSON (vLLM answers 400, not
-        415, for the content type), 413 when the body exceeds ``max_bytes``.
+        415, for the content type), 415 for a compressed body (any ``Content-Encoding`` but
+        ``identity``: routers send JSON uncompressed, and inflating would need its own size
+        limit), 413 when the body exceeds ``max_bytes``.
     """
     ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
     if ctype not in ("application/json", ""):
         raise bad_request(f"Unsupported Content-Type {ctype!r}; expected application/json.")
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("identity", ""):
+        raise OpenAIError(415, f"Content-Encoding {encoding!r} is not supported; send the body uncompressed.")
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise OpenAIError(413, f"Request body is {declared} bytes; the limit is {max_bytes}.")

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 import prometheus_client
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -56,6 +56,16 @@ class _TokenizerCacheCollector:
         yield gauge
 
 
+def load_route(server_load: Callable[[], int]) -> Route:
+    """``GET /load`` → ``{"server_load": N}`` (vLLM's route; N = ``server_load()``, the
+    requests in flight). Served by ``serve`` and ``drive``."""
+
+    async def load(request: Request) -> JSONResponse:
+        return JSONResponse({"server_load": server_load()})
+
+    return Route("/load", load, methods=["GET"])
+
+
 def routes(ctx: AppContext) -> list[Route]:
     """Info, tokenize and metrics routes bound to ``ctx``."""
     bundle = ctx.bundle
@@ -85,9 +95,6 @@ def routes(ctx: AppContext) -> list[Route]:
 
     async def version(request: Request) -> JSONResponse:
         return JSONResponse({"version": __version__})
-
-    async def load(request: Request) -> JSONResponse:
-        return JSONResponse({"server_load": ctx.metrics.server_load})
 
     async def ping(request: Request) -> Response:
         # SageMaker's health probe, as vLLM answers it (GET and POST)
@@ -131,7 +138,7 @@ def routes(ctx: AppContext) -> list[Route]:
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/version", version, methods=["GET"]),
-        Route("/load", load, methods=["GET"]),
+        load_route(lambda: ctx.metrics.server_load),
         Route("/ping", ping, methods=["GET", "POST"]),
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/detokenize", detokenize, methods=["POST"]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, TypeVar
 
 import pydantic
@@ -9,6 +10,9 @@ import pydantic
 from ..errors import bad_request
 
 M = TypeVar("M", bound=pydantic.BaseModel)
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""The widest integers a body may carry: JSON numbers past them reach pydantic as floats."""
 
 
 def validate(model: type[M], data: Any) -> M:
@@ -26,5 +30,60 @@ def validate(model: type[M], data: Any) -> M:
         errors = exc.errors(include_url=False)
         first = errors[0]
         param = ".".join(str(p) for p in first["loc"]) or None
-        summary = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in errors[:5])
+        summary = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {_message(model, e)}" for e in errors[:5])
         raise bad_request(f"{len(errors)} validation error(s): {summary}", param=param) from None
+
+
+def _message(model: type[pydantic.BaseModel], error: dict) -> str:
+    """pydantic's message, except for integers too large to parse (pydantic says "Unable to
+    parse input string as an integer"): those name the field's range instead."""
+    if error["type"] != "int_parsing_size":
+        return error["msg"]
+    lo, hi = integer_range(model, tuple(error["loc"]))
+    return f"integer out of range; it must be from {lo} to {hi}"
+
+
+def integer_range(model: type[pydantic.BaseModel], loc: tuple) -> tuple[int, int]:
+    """The inclusive range ``model`` allows for the integer at ``loc`` (a pydantic error
+    location), from its JSON Schema; the 64-bit range where the field declares none."""
+    lo, hi = INT64_MIN, INT64_MAX
+    schema = _schema(model)
+    for node in _nodes_at(schema, schema, loc):
+        if node.get("type") != "integer":
+            continue
+        if "minimum" in node or "exclusiveMinimum" in node:
+            lo = max(lo, node.get("minimum", node.get("exclusiveMinimum", INT64_MIN - 1) + 1))
+        if "maximum" in node or "exclusiveMaximum" in node:
+            hi = min(hi, node.get("maximum", node.get("exclusiveMaximum", INT64_MAX + 1) - 1))
+        break
+    return lo, hi
+
+
+@functools.cache
+def _schema(model: type[pydantic.BaseModel]) -> dict:
+    try:
+        return model.model_json_schema()
+    except Exception:  # a model whose types have no JSON Schema: fall back to the 64-bit range
+        return {}
+
+
+def _nodes_at(root: dict, node: Any, loc: tuple) -> list[dict]:
+    """The schema nodes that may describe the value at ``loc`` (every branch of a union)."""
+    if not isinstance(node, dict):
+        return []
+    if "$ref" in node:
+        ref = node["$ref"].rsplit("/", 1)[-1]
+        return _nodes_at(root, root.get("$defs", {}).get(ref), loc)
+    branches = node.get("anyOf") or node.get("oneOf") or node.get("allOf")
+    if branches:
+        return [n for b in branches for n in _nodes_at(root, b, loc)]
+    if not loc:
+        return [node]
+    head, rest = loc[0], loc[1:]
+    if isinstance(head, int) or str(head).isdigit():
+        items = node.get("items") or (node.get("prefixItems") or [None])[0]
+        return _nodes_at(root, items, rest)
+    props = node.get("properties", {})
+    if head in props:
+        return _nodes_at(root, props[head], rest)
+    return _nodes_at(root, node.get("additionalProperties"), rest) if isinstance(head, str) else []
