@@ -331,7 +331,7 @@ FORMATS.update({f.name: f for f in (
     ToolFormat("ernie45", "envelope", call_begin=("<tool_call>",), call_end=("</tool_call>",),
                drop=("</response>",), families="ERNIE 4.5"),
     ToolFormat("gigachat3", "envelope", call_begin=("<|function_call|>", "function call<|role_sep|>\n"),
-               families="GigaChat 3"),
+               drop=("<|message_sep|>",), families="GigaChat 3"),
     ToolFormat("inkling", "envelope", call_begin=("<|content_invoke_tool_json|>",),
                call_end=("<|end_message|>",), arg_keys=("args",),
                drop=("<|message_model|>", "<|content_text|>", "<|end_message|>",

@@ -237,6 +237,8 @@ def _samples(spec, rt) -> list:
     ("step3p5-text-after", spec("step3p5"),
      "<tool_call>\n<function=noop>\n</function>\n</tool_call>\nDone."),
     ("ling3-text", spec("ling3", "ling3", thinking=True), "Think.</think>Answer only."),
+    ("gigachat3-message-sep", spec("gigachat3"),
+     'Sure.<|message_sep|>function call<|role_sep|>\n{"name": "noop", "arguments": {}}'),
     ("hf-unknown-in-list", rt(reasoning=None, template=RT_PYTHONIC),
      "<|tool_call_start|>[rm_rf(), noop()]<|tool_call_end|>"),
     ("olmo3-unknown-in-list", spec("olmo3"), "<function_calls>rm_rf()\nnoop()</function_calls>"),
@@ -374,4 +376,5 @@ FAMILY_EXPECTED = {
     'step5-text-before': (None, 'Let me look.\n\n', [('search', '{"query": "x"}')]),
     'step3p5-text-after': (None, '\nDone.', [('noop', '{}')]),
     'ling3-text': ('Think.', 'Answer only.', []),
+    'gigachat3-message-sep': (None, 'Sure.', [('noop', '{}')]),
 }
