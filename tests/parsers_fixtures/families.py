@@ -239,6 +239,9 @@ def _samples(spec, rt) -> list:
     ("ling3-text", spec("ling3", "ling3", thinking=True), "Think.</think>Answer only."),
     ("gigachat3-message-sep", spec("gigachat3"),
      'Sure.<|message_sep|>function call<|role_sep|>\n{"name": "noop", "arguments": {}}'),
+    ("inkling-named-header", spec("inkling"),
+     '<|message_model|>get_weather<|content_invoke_tool_json|>{"name": "get_weather", "args": {"city": "Oslo"}}'
+     "<|end_message|><|message_model|><|content_invoke_tool_text|>raw call text<|end_message|>"),
     ("hf-unknown-in-list", rt(reasoning=None, template=RT_PYTHONIC),
      "<|tool_call_start|>[rm_rf(), noop()]<|tool_call_end|>"),
     ("olmo3-unknown-in-list", spec("olmo3"), "<function_calls>rm_rf()\nnoop()</function_calls>"),
@@ -377,4 +380,5 @@ FAMILY_EXPECTED = {
     'step3p5-text-after': (None, '\nDone.', [('noop', '{}')]),
     'ling3-text': ('Think.', 'Answer only.', []),
     'gigachat3-message-sep': (None, 'Sure.', [('noop', '{}')]),
+    'inkling-named-header': (None, 'get_weatherraw call text', [('get_weather', '{"city": "Oslo"}')]),
 }
