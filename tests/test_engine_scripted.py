@@ -343,7 +343,8 @@ def test_bad_script_exits_with_message(tmp_path, script, needle):
 def test_refuses_what_vllms_generate_request_refuses(engine):
     """vLLM 0.33's GenerateRequest schema (reference_engine/schemas) decides before our own model: a
     structured_outputs object with null booleans passed our model but a real vLLM engine refuses it."""
-    so = {"json": None, "regex": "[0-9]+", "choice": None, "grammar": None, "json_object": None,
+    # no constraint kind set (this engine refuses to pretend to enforce one): only the flags differ
+    so = {"json": None, "regex": None, "choice": None, "grammar": None, "json_object": None,
           "disable_any_whitespace": None, "disable_additional_properties": None, "whitespace_pattern": None,
           "structural_tag": None}
     body = {"request_id": "schema", "token_ids": [5, 6], "sampling_params": {"max_tokens": 2, "structured_outputs": so}}
@@ -353,7 +354,7 @@ def test_refuses_what_vllms_generate_request_refuses(engine):
     fixed = {**so, "disable_any_whitespace": False, "disable_additional_properties": False}
     good = httpx.post(engine.url + GEN, json={**body, "sampling_params": {"max_tokens": 2, "structured_outputs": fixed}},
                       timeout=30)
-    assert good.status_code != 400 or "GenerateRequest" not in good.text, good.text
+    assert good.status_code == 200, good.text
     assert httpx.post(engine.url + GEN, json={**body, "token_ids": "x"}, timeout=30).status_code == 400
 
 
