@@ -131,7 +131,8 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("model_positional", nargs="?", metavar="MODEL", help="same as --model")
     add_model_arguments(p)
-    p.add_argument("--host", default="127.0.0.1", help="listen address (0.0.0.0 for all interfaces)")
+    p.add_argument("--host", default="",
+                   help="listen address (default: every interface, as vLLM; 127.0.0.1: this machine only)")
     p.add_argument("--port", type=port_type, default=8000, help="listen port")
     p.add_argument("--workers", type=_positive, default=1, help="server processes sharing the port")
     p.add_argument("--api-key", nargs="+", action="extend", default=None,
@@ -219,8 +220,8 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"render-service: error: {exc}", file=sys.stderr)
         return 2
     logging.getLogger("render_service").info(
-        "serving %s (context %d tokens) on http://%s:%d", bundle.model_name, bundle.max_model_len,
-        config.host, config.port,
+        "serving %s (context %d tokens) on %s", bundle.model_name, bundle.max_model_len,
+        f"http://{config.host}:{config.port}" if config.host else f"port {config.port} of all interfaces",
     )
     connection = {**connection_options(args), "root_path": config.root_path, "access_log": config.access_log}
     if config.workers > 1:

@@ -14,7 +14,7 @@ class ServeConfig:
 
     model: str | None = None                       # HF dir, GGUF file or hub id; None = embedded SmolLM2
     served_model_name: tuple[str, ...] = ()
-    host: str = "127.0.0.1"
+    host: str = ""                                 # all interfaces, as vLLM
     port: int = 8000
     chat_template: str | None = None               # file path or inline template
     max_model_len: int | None = None

@@ -177,14 +177,16 @@ def check_chat_template(value: str | None) -> None:
 
 
 def check_port(host: str, port: int) -> None:
-    """Raises `StartupCheckError` when ``host:port`` cannot be bound (another server holds it)."""
+    """Raises `StartupCheckError` when ``host:port`` cannot be bound (another server holds it);
+    an empty ``host`` is every interface."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as exc:
-            raise StartupCheckError(f"cannot listen on {host}:{port}: {exc.strerror or exc} "
+            where = f"{host}:{port}" if host else f"port {port} of all interfaces"
+            raise StartupCheckError(f"cannot listen on {where}: {exc.strerror or exc} "
                                     "(is another server running there?)") from None
 
 

@@ -107,8 +107,29 @@ def test_port_in_use_fails_before_loading(capsys):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        err = _fails_fast([str(MODELS / "qwen3"), "--port", str(busy.getsockname()[1])], capsys)
+        err = _fails_fast([str(MODELS / "qwen3"), "--host", "127.0.0.1", "--port", str(busy.getsockname()[1])], capsys)
     assert "cannot listen on 127.0.0.1" in err
+
+
+def test_default_host_is_every_interface_as_vllm():
+    """`render-service serve` without --host listens on every interface, as `vllm launch render`
+    does, so a command line swapped in for vLLM's answers in a pod (127.0.0.2 is loopback too,
+    but a server bound to 127.0.0.1 alone never answers there)."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "render_service.cli", "serve", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, status = time.monotonic() + 120, None
+        while status != 200:
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "server did not come up"
+            with contextlib.suppress(httpx.TransportError):
+                status = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code
+            time.sleep(0.2)
+        assert httpx.get(f"http://127.0.0.2:{port}/health", timeout=5).status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
 
 
 @needs_shared
