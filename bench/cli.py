@@ -114,8 +114,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "if --concurrency/--request-rate is given)")
     g.add_argument("--slo-ms", type=_positive(float), help="p99 latency objective for the sweep")
     g.add_argument("--target-rate", type=_positive(float), metavar="R", help="size for this rate (needs --slo-ms and --sweep)")
-    g.add_argument("--duration", type=_positive(float), default=10.0, metavar="S",
-                   help="seconds per target per measurement (split over --rounds; default 10)")
+    g.add_argument("--duration", type=_positive(float), metavar="S",
+                   help="seconds per target per measurement (split over --rounds; default 10, stream-derender "
+                        "long enough for every session to finish a stream: 40 for 1,600 call tokens)")
     g.add_argument("--max-requests", type=_positive(int), metavar="N", help="requests per target per measurement")
     g.add_argument("--warmup", type=int, default=5, metavar="N", help="warm-up requests per target, not measured (default 5)")
     g.add_argument("--rounds", type=_positive(int), default=2, help="interleaved rounds of the main run (default 2)")
@@ -293,6 +294,7 @@ def _split(total: int | None, parts: int, i: int) -> int | None:
 
 
 def _bench_workload(args, workload: Workload, targets: list[Target], tokenizer) -> dict:
+    duration = args.duration or workload.default_duration()
     first = targets[0].url
     probe = Probe(tokenizer, args.model, lambda path, body: post_json(first, path, body), _warn)
     workload.prepare(probe)
@@ -306,7 +308,7 @@ def _bench_workload(args, workload: Workload, targets: list[Target], tokenizer) 
     main_load = None
     if args.request_rate is not None or args.concurrency is not None or not args.sweep:
         main_load = LoadSpec(rate=args.request_rate) if args.request_rate else LoadSpec(concurrency=args.concurrency or 4)
-    result = {"workload": workload.name, "unit": workload.unit, "params": workload.params(),
+    result = {"workload": workload.name, "unit": workload.unit, "params": workload.params(), "duration_s": duration,
               "load": main_load.as_dict() if main_load else None,
               "targets": [t.describe() for t in targets], "runs": [], "comparison": {}, "sweep": [], "slo": None,
               "plots": []}
@@ -317,7 +319,7 @@ def _bench_workload(args, workload: Workload, targets: list[Target], tokenizer) 
             cap = _split(args.max_requests, args.rounds, r)
             if cap == 0:
                 continue
-            bounds = Bounds(args.duration / args.rounds, cap, args.timeout)
+            bounds = Bounds(duration / args.rounds, cap, args.timeout)
             for t in targets if r % 2 == 0 else targets[::-1]:
                 ph, used = _phase(args, t, workload, main_load, bounds, r * ROUND_BASE, f"round {r + 1}/{args.rounds}")
                 phases[t.name].append(ph)
@@ -326,7 +328,7 @@ def _bench_workload(args, workload: Workload, targets: list[Target], tokenizer) 
         _warn_unfinished(workload, result["runs"])
         result["comparison"] = comparison(result["runs"])
     if args.sweep:
-        result["sweep"] = _sweep(args, workload, targets)
+        result["sweep"] = _sweep(args, workload, targets, duration)
         if args.slo_ms:
             result["slo"] = {t.name: slo_capacity([_point(r) for r in result["sweep"] if r["target"] == t.name],
                                                   args.slo_ms, args.target_rate) for t in targets}
@@ -351,7 +353,7 @@ def _point(run: dict) -> dict:
             "cores_busy": run["cores_busy"]}
 
 
-def _sweep(args, workload: Workload, targets: list[Target]) -> list[dict]:
+def _sweep(args, workload: Workload, targets: list[Target], duration: float) -> list[dict]:
     """Each rate on every target (alternating order); a target that misses the SLO at one
     rate is not driven at higher rates."""
     out, done = [], set()
@@ -361,7 +363,7 @@ def _sweep(args, workload: Workload, targets: list[Target]) -> list[dict]:
         for t in order:
             if t.name in done:
                 continue
-            ph, used = _phase(args, t, workload, load, Bounds(args.duration, args.max_requests, args.timeout),
+            ph, used = _phase(args, t, workload, load, Bounds(duration, args.max_requests, args.timeout),
                               SWEEP_BASE + s * ROUND_BASE, f"sweep {rate:g}/s")
             run = {**run_record(t.name, load, [ph], used, workload), "rate": rate}
             out.append(run)

@@ -3,8 +3,8 @@
 ``results.json`` (schema ``render-service-bench/1``)::
 
     {"schema", "created", "argv", "tokenizer", "bounds": {duration_s, max_requests, warmup, rounds, timeout_s},
-     "workloads": [{
-        "workload", "unit", "params", "load", "targets": [{name, url, pid, spawned, cpu_source, …}],
+     "workloads": [{                           # bounds.duration_s: --duration, null when each workload's default
+        "workload", "unit", "params", "duration_s", "load", "targets": [{name, url, pid, spawned, cpu_source, …}],
         "runs":  [RUN, …],                     # one per target (rounds merged), absent with --sweep only
         "comparison": {baseline name: {metric: target ÷ baseline}},
         "sweep": [RUN + {"rate"}, …],          # one per (rate, target) that ran

@@ -321,3 +321,19 @@ def test_warns_when_no_session_finished(capsys):
     bench_cli._warn_unfinished(stream, runs)
     err = capsys.readouterr().err
     assert "no stream finished on target" in err and "baseline" not in err
+
+
+def test_default_duration_lets_every_stream_finish():
+    """The default stream-derender run used to cut every stream near token 600 (10 s over two
+    rounds and two targets): no stream finished and the figures at call tokens 800 and 1200
+    were blank. Each round now leaves every session time for its whole stream at a slow
+    80 chunks/s; request workloads keep 10 s."""
+    from bench.workloads import WORKLOADS
+    from bench.workloads.base import Workload
+
+    stream = WORKLOADS["stream-derender"]
+    rounds = 2  # the default --rounds
+    assert stream(1600).default_duration() / rounds >= 1600 / 80
+    assert stream(80).default_duration() == 10.0
+    assert WORKLOADS["derender"](1600).default_duration() == 10.0
+    assert Workload().default_duration() == 10.0

@@ -129,6 +129,10 @@ class Workload:
         """Longest prompt + output this workload sends, in tokens (for a spawned server)."""
         return 8192
 
+    def default_duration(self) -> float:
+        """Seconds per target per measurement when ``--duration`` is not given."""
+        return 10.0
+
     def summarise(self, samples: list[tuple[float, dict]]) -> dict:
         """Workload-specific figures from successful ``(latency s, tag)`` samples."""
         return {}

@@ -165,6 +165,15 @@ class StreamDerender(_DerenderBase):
     name = "stream-derender"
     unit = "stream"
 
+    # Chunks per second one session is sure to get on a busy 2-core machine (4 sessions share
+    # ~400-900 calls/s there): each round must let every session stream the whole call, or the
+    # late positions are never measured and no stream finishes.
+    SLOW_CHUNKS_PER_S = 80
+
+    def default_duration(self) -> float:
+        """Two rounds that each fit one whole stream per session: 40 s for a 1,600-token call."""
+        return max(10.0, 2 * self.call_tokens / self.SLOW_CHUNKS_PER_S)
+
     def positions(self) -> list[int]:
         """Window starts in the tool call: 0, L/4, L/2, 3L/4 (0/400/800/1200 for L=1600)."""
         length = self.outputs.call_tokens if self.outputs else self.call_tokens
