@@ -99,7 +99,7 @@ def satisfy(node: dict, calls: list[tuple[str, dict]]) -> str:
     if kind == "const_string":
         return node["value"]
     if kind == "regex":
-        assert node["pattern"] == "\\d+"
+        assert node["pattern"] in ("\\d+", "[0-9]+")
         return "0"
     if kind == "sequence":
         return "".join(satisfy(e, calls) for e in node["elements"])
@@ -110,6 +110,11 @@ def satisfy(node: dict, calls: list[tuple[str, dict]]) -> str:
     if kind == "any_text":
         value = calls[0][1]
         return value if isinstance(value, str) else json.dumps(value)
+    if kind in ("star", "plus") and node["content"]["type"] == "tag":  # Kimi K3 XTML arguments
+        types = {str: "string", int: "number", float: "number", bool: "boolean"}
+        return "".join(f'<|open|>argument key="{k}" type="{types[type(v)]}"<|sep|>'
+                       f'{v if isinstance(v, str) else json.dumps(v)}<|close|>argument<|sep|>'
+                       for k, v in calls[0][1].items())
     if kind == "star":  # GLM's argument pairs: one per argument of the call
         pairs = node["content"]["elements"] if node["content"]["type"] == "or" else [node["content"]]
         out = []
@@ -126,6 +131,8 @@ def satisfy(node: dict, calls: list[tuple[str, dict]]) -> str:
         return satisfy(pick, calls)
     if kind == "tag":
         end = node["end"][0] if isinstance(node["end"], list) else node["end"]
+        if node["begin"] == "" and node["content"]["type"] == "any_text":  # Kimi K3's (empty) response channel
+            return end
         return node["begin"] + satisfy(node["content"], calls) + end
     if kind in ("tags_with_separator", "triggered_tags"):
         wanted = calls[:1] if node["stop_after_first"] else calls

@@ -15,7 +15,7 @@ Built here: hermes (``qwen3_json``), longcat, llama (``llama3_json``/``llama4_js
 qwen_3_coder (``qwen3_xml``/``qwen3_coder``/``step3p5``/``step5``), deepseek_r1 (``deepseek_v3``),
 deepseek_v3_1, deepseek_v3_2 / deepseek_v4 / deepseek_v4_1 (DSML), kimi, minimax, mimo, plamo3,
 glm_4_7 (``glm45``/``glm47``/``ling3``, which pins argument keys and value types even for
-non-strict tools) and harmony (``openai``). Not built: kimi_k3 and hy_v4. Those, and a family
+non-strict tools), kimi_k3 (XTML) and harmony (``openai``). Not built: hy_v4. It, and a family
 with neither a tag nor a JSON answer (``mistral``, which vLLM constrains only with its own
 tokenizer's grammar; several others vLLM leaves unconstrained too), leave the request
 unconstrained; `ToolConstraint.note` says so and the render route reports it in the
@@ -278,6 +278,69 @@ def _harmony(tools: Tools, choice: str) -> dict:
     return _seq(preamble("analysis"), preamble("commentary"), {"type": "or", "elements": tags})
 
 
+# ---- Kimi K3 (vLLM-owned builder): XTML channels; strict tools get typed arguments -------------
+_K3_OPEN, _K3_CLOSE, _K3_SEP = "<|open|>", "<|close|>", "<|sep|>"
+_K3_TYPES = {"string": "string", "integer": "number", "number": "number", "boolean": "boolean", "null": "null",
+             "object": "object", "array": "array"}
+
+
+def _k3_attr(value: str) -> str:
+    return str(value).replace("&", "&amp;").replace('"', "&quot;")
+
+
+def _k3_any_argument() -> dict:
+    """An ``argument`` tag with any attributes and a raw value (untyped or loose schemas)."""
+    return _tag(_K3_OPEN + "argument ", _seq({"type": "regex", "pattern": "[^<]*" + _K3_SEP.replace("|", "\\|")},
+                                             _any_text([_K3_CLOSE])), f"{_K3_CLOSE}argument{_K3_SEP}")
+
+
+def _k3_argument(key: str, prop: Any, defs: dict) -> dict:
+    prop = prop if isinstance(prop, dict) else {}
+    kind = _K3_TYPES.get(prop.get("type")) if isinstance(prop.get("type"), str) else None
+    if kind is None:
+        return _k3_any_argument()
+    begin = f'{_K3_OPEN}argument key="{_k3_attr(key)}" type="{kind}"{_K3_SEP}'
+    if kind == "string":
+        values = prop.get("enum")
+        if values is None and isinstance(prop.get("const"), str):
+            values = [prop["const"]]
+        max_len, min_len = prop.get("maxLength"), prop.get("minLength", 0)
+        if (isinstance(values, list) and values and len(values) <= 256 and all(isinstance(v, str) for v in values)
+                and not any("<|" in v for v in values)):
+            content = _or([_const(v) for v in values])
+        elif isinstance(max_len, int) and 0 <= max_len <= 4096:
+            if not isinstance(min_len, int) or min_len < 0 or min_len > max_len:
+                min_len = 0
+            content = {"type": "regex", "pattern": "(?:[^<]|<[^|])" + f"{{{min_len},{max_len}}}"}
+        else:
+            content = _any_text([_K3_CLOSE])
+    else:
+        content = _json({**prop, **{k: v for k, v in defs.items() if k not in prop}} if defs else prop)
+    return _tag(begin, content, f"{_K3_CLOSE}argument{_K3_SEP}")
+
+
+def _k3_arguments(params: Any) -> dict:
+    props = params.get("properties") if isinstance(params, dict) else None
+    if not isinstance(props, dict) or not props:
+        return {"type": "star", "content": _k3_any_argument()}
+    defs = {k: params[k] for k in ("$defs", "definitions") if isinstance(params.get(k), dict)}
+    inner = _or([_k3_argument(key, prop, defs) for key, prop in props.items()])
+    required = params.get("required")
+    return {"type": "plus" if isinstance(required, list) and required else "star", "content": inner}
+
+
+def _kimi_k3(tools: Tools, choice: str) -> dict:
+    calls = [_tag(f'{_K3_OPEN}call tool="{_k3_attr(name)}" index="',
+                  _seq({"type": "regex", "pattern": "[0-9]+"}, _const(f'"{_K3_SEP}'), _k3_arguments(schema)),
+                  f"{_K3_CLOSE}call{_K3_SEP}") for name, schema in (tools[:1] if choice == "forced" else tools)]
+    channel = _tag(f"{_K3_OPEN}tools{_K3_SEP}", _separated(calls, "", at_least_one=True, stop_after_first=False),
+                   f"{_K3_CLOSE}tools{_K3_SEP}")
+    response = [{"type": "optional", "content": _const(f"{_K3_OPEN}response{_K3_SEP}")},
+                _tag("", _any_text([_K3_OPEN, _K3_CLOSE, "<|end_of_msg|>"]), f"{_K3_CLOSE}response{_K3_SEP}")]
+    tools_part = {"type": "optional", "content": channel} if choice == "auto" else channel
+    return _seq(*response, tools_part, {"type": "optional", "content": _const(f"{_K3_CLOSE}message{_K3_SEP}")})
+
+
 BUILDERS: dict[str, Callable[[Tools, str], dict]] = {
     "hermes": _hermes_style("<tool_call>", "</tool_call>"),
     "longcat": _hermes_style("<longcat_tool_call>", "</longcat_tool_call>"),
@@ -296,6 +359,7 @@ BUILDERS: dict[str, Callable[[Tools, str], dict]] = {
     "deepseek_v4": _dsml("tool_calls", "｜DSML｜", "deepseek_xml"),
     "deepseek_v4_1": _dsml("calls", "｜DSML｜ ", "deepseek_v4_1_xml"),
     "plamo3": _plamo3,
+    "kimi_k3": _kimi_k3,
 }
 # Builders that also read each tool's parameter schema when the tool is not strict.
 SCHEMA_BUILDERS = {"glm_4_7": _glm}
