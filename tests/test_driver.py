@@ -396,3 +396,12 @@ def test_client_errors_keep_their_status(world, where):
     assert r.status_code == 400 and r.json()["error"]["code"] == 400
     r = httpx.post(url + CHAT, content=b"{oops", headers={"content-type": "application/json"}, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["type"] == "BadRequestError"
+
+
+def test_constraints_the_reference_engine_cannot_enforce_are_a_400(world):
+    """response_format and a required tool_choice are refused by the engine, never ignored."""
+    for extra in ({"response_format": {"type": "json_object"}}, {"tools": TOOLS, "tool_choice": "required"}):
+        r = httpx.post(world.local + CHAT, json={**body_for("What is the capital of France?"), **extra}, timeout=30)
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert "prefill engine" in err["message"] and "not enforced by this reference engine" in err["message"]
