@@ -143,9 +143,13 @@ class OutputParser:
                                    reasoning=rfmt == registry.MUSE)
             return
         if registry.RESPONSE_TEMPLATE in (rfmt, tfmt):
+            tpl = _response_template(spec.response_template)
+            for fmt, field, flag in ((rfmt, "thinking", "--reasoning-parser"),
+                                     (tfmt, "tool_calls", "--tool-call-parser")):
+                if fmt == registry.RESPONSE_TEMPLATE and field not in tpl.regions:  # as vLLM refuses at startup
+                    raise ValueError(f"{flag} hf needs a response_template with a {field} field")
             self.stage = ResponseTemplateStage(
-                _response_template(spec.response_template), self.calls,
-                tfmt == registry.RESPONSE_TEMPLATE and choice != "none", spec.starts_in_reasoning,
+                tpl, self.calls, tfmt == registry.RESPONSE_TEMPLATE and choice != "none", spec.starts_in_reasoning,
                 reasoning=rfmt == registry.RESPONSE_TEMPLATE)
             return
         if choice == "none" or (tfmt is None and choice == "auto"):

@@ -4,7 +4,8 @@ Every structural tag carries the namespace prefix ``]<]minimax[>[``::
 
     ]<]minimax[>[<invoke name="create_order">
     ]<]minimax[>[<user_id>42]<]minimax[>[</user_id>
-    ]<]minimax[>[<items>]<]minimax[>[<item>]<]minimax[>[<sku>b-1]<]minimax[>[</sku>]<]minimax[>[</item>]<]minimax[>[</items>
+    ]<]minimax[>[<items>]<]minimax[>[<item>]<]minimax[>[<sku>b-1]<]minimax[>[</sku>
+    ]<]minimax[>[</item>]<]minimax[>[</items>
     ]<]minimax[>[</invoke>
 
 Each parameter is an element named after the argument; an element holding elements is an

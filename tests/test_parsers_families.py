@@ -387,6 +387,11 @@ def test_hf_needs_the_checkpoint_metadata_and_refuses_what_it_cannot_route():
     bad = {"version": 1, "start_anchor": "A", "fields": {"answer": {}}}
     with pytest.raises(ValueError, match="unsupported field"):
         parse_complete(ParserSpec(tool="hf", response_template=bad), "x")
+    with pytest.raises(ValueError, match="thinking field"):
+        parse_complete(ParserSpec(reasoning="hf", response_template=RT_PYTHONIC), "x")
+    no_tools = {"version": 1, "start_anchor": "A", "fields": {"thinking": {"open": "<t>", "close": "</t>"}}}
+    with pytest.raises(ValueError, match="tool_calls field"):
+        parse_complete(ParserSpec(tool="hf", response_template=no_tools), "x")
     regex = {"version": 1, "start_anchor": "A", "fields": {"thinking": {"open_pattern": "<t>", "close": "</t>"}}}
     with pytest.raises(ValueError, match="regex"):
         parse_complete(ParserSpec(reasoning="hf", response_template=regex), "x")
