@@ -30,7 +30,9 @@ def resolve_parsers(config: ServeConfig, bundle: ModelBundle) -> ServeConfig:
     """Check ``--reasoning-parser`` / ``--tool-call-parser`` names and resolve ``auto``.
 
     Raises:
-        StartupError: unknown parser name, or ``--enable-auto-tool-choice`` without a tool parser.
+        StartupError: unknown parser name, ``--enable-auto-tool-choice`` without a tool parser,
+            or a parser this model cannot drive (``hf``/``beam`` without the checkpoint's
+            ``response_template``, or one lacking the field the parser reads).
     """
     reasoning, tool = config.reasoning_parser, config.tool_call_parser
     if config.enable_auto_tool_choice and not tool:
@@ -39,7 +41,7 @@ def resolve_parsers(config: ServeConfig, bundle: ModelBundle) -> ServeConfig:
         return config
     if "auto" in (reasoning, tool):
         source = bundle.chat_template.source if bundle.chat_template else ""
-        found_reasoning, found_tool = parsers_api.detect_parsers(source)
+        found_reasoning, found_tool = parsers_api.detect_parsers(source, bundle.response_template)
         if reasoning == "auto":
             reasoning = found_reasoning
             log.info("--reasoning-parser auto picked %s from the chat template", reasoning or "none")
@@ -56,6 +58,13 @@ def resolve_parsers(config: ServeConfig, bundle: ModelBundle) -> ServeConfig:
         raise StartupError(
             f"unknown --tool-call-parser {tool!r}; known: {', '.join(sorted(parsers_api.tool_parser_names()))}"
         )
+    try:  # as vLLM: a parser the model cannot feed (hf without response_template …) fails here, not per request
+        parsers_api.create_parser(parsers_api.ParserSpec(reasoning=reasoning, tool=tool,
+                                                         response_template=bundle.response_template))
+    except ValueError as exc:
+        flags = " ".join(f"{flag} {name}" for flag, name in (("--reasoning-parser", reasoning),
+                                                              ("--tool-call-parser", tool)) if name)
+        raise StartupError(f"{flags}: {exc}") from None
     return dataclasses.replace(config, reasoning_parser=reasoning, tool_call_parser=tool)
 
 

@@ -234,7 +234,8 @@ class ChoiceStream:
     def _spec(self) -> ParserSpec:
         p = self.plan
         return ParserSpec(reasoning=p.reasoning, tool=p.tool, tools=p.tools, tool_choice=p.tool_choice,
-                          starts_in_reasoning=self.starts_in_reasoning, chat_template_kwargs=p.chat_template_kwargs)
+                          starts_in_reasoning=self.starts_in_reasoning, chat_template_kwargs=p.chat_template_kwargs,
+                          response_template=p.response_template)
 
     def _starts_in_reasoning(self, prompt_ids: list[int] | None) -> bool:
         """Render's answer from ``parse_context`` when it sent one; else (vLLM-shaped
@@ -245,7 +246,8 @@ class ChoiceStream:
             return self.plan.starts_in_reasoning
         tail = (prompt_ids or [])[-PROMPT_SCAN_IDS:]
         text = self._tok.decode(tail, skip_special_tokens=False) if tail else ""
-        return prompt_starts_in_reasoning(self.plan.reasoning, text, self.plan.chat_template_kwargs)
+        return prompt_starts_in_reasoning(self.plan.reasoning, text, self.plan.chat_template_kwargs,
+                                          self.plan.response_template)
 
 
 def _int(v: Any) -> int:

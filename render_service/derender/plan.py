@@ -50,6 +50,7 @@ class Plan:
     parallel_tool_calls: bool = True
     named_tool: bool = False
     starts_in_reasoning: bool | None = None    # from render's parse_context; None: judge from the prompt ids
+    response_template: dict | None = None     # the checkpoint's, for the hf/beam parsers
     top_logprobs: int | None = None
     return_token_ids: bool = False
 
@@ -125,6 +126,7 @@ def chat_plan(bundle: Any, config: ServeConfig, chat: ChatRequestFields | None, 
         starts_in_reasoning=ctx.starts_in_reasoning if chat is None and ctx is not None else None,
         top_logprobs=top,
         return_token_ids=bool(chat.return_token_ids) if chat is not None else False,
+        response_template=getattr(bundle, "response_template", None),
     )
 
 

@@ -66,6 +66,14 @@ class ModelBundle:
         return found
 
     @property
+    def response_template(self) -> dict | None:
+        """The checkpoint's ``response_template`` (``tokenizer_config.json``), the parsing
+        metadata transformers' ``parse_response`` reads and the ``hf``/``beam`` parsers
+        need; None when the model ships none."""
+        found = self.tokenizer_config.get("response_template")
+        return found if isinstance(found, dict) else None
+
+    @property
     def model_name(self) -> str:
         """The name used in responses (first served name)."""
         return self.served_model_names[0]

@@ -101,7 +101,8 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
     if reasoning_active:
         tail = text[-_PROMPT_TAIL_CHARS:]
         reasoning_ended = parsers_api.prompt_ends_reasoning(config.reasoning_parser, tail, effective_kwargs)
-        starts_in_reasoning = parsers_api.prompt_starts_in_reasoning(config.reasoning_parser, tail, effective_kwargs)
+        starts_in_reasoning = parsers_api.prompt_starts_in_reasoning(config.reasoning_parser, tail, effective_kwargs,
+                                                                     bundle.response_template)
     if not req.include_reasoning:
         reasoning_ended = True
 
