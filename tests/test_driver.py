@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -405,3 +406,16 @@ def test_constraints_the_reference_engine_cannot_enforce_are_a_400(world):
         assert r.status_code == 400, r.text
         err = r.json()["error"]
         assert "prefill engine" in err["message"] and "not enforced by this reference engine" in err["message"]
+
+
+def test_load_counts_client_requests_in_flight(world):
+    """`GET /load` as on serve: the requests being served (tester item 9)."""
+    assert httpx.get(world.local + "/load").json() == {"server_load": 0}
+    slow = threading.Thread(target=lambda: httpx.post(
+        world.local + CHAT, json={**body_for("Sing a very long song."), "max_tokens": 60}, timeout=60))
+    slow.start()
+    try:
+        assert wait_for(lambda: httpx.get(world.local + "/load").json() == {"server_load": 1})
+    finally:
+        slow.join(timeout=60)
+    assert wait_for(lambda: httpx.get(world.local + "/load").json() == {"server_load": 0})
