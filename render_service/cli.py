@@ -129,7 +129,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=HelpFormatter,
         allow_abbrev=False,  # `--tokenizer` must never be read as `--tokenizer-backend`
     )
-    p.add_argument("model_positional", nargs="?", metavar="MODEL", help="same as --model")
+    p.add_argument("model_positional", nargs="?", metavar="MODEL", help="same as --model (wins over it, as vLLM)")
     add_model_arguments(p)
     p.add_argument("--host", default="",
                    help="listen address (default: every interface, as vLLM; 127.0.0.1: this machine only)")
@@ -175,7 +175,7 @@ def build_config(args: argparse.Namespace):
 
     return serve_config_from_args(
         args,
-        model=args.model or args.model_positional,
+        model=args.model_positional or args.model,  # vLLM: the positional MODEL wins over --model
         host=args.host,
         port=args.port,
         workers=args.workers,
@@ -269,10 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(sub)
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["serve"]:
-        from .launch_compat import normalize_flag_spelling
+    if argv[:1] == ["serve"]:  # a `vllm launch render` command line as vLLM's parser reads it
+        from .launch_compat import expand_command_line
 
-        argv = normalize_flag_spelling(argv)
+        try:
+            argv = expand_command_line(argv, set(sub.choices["serve"]._option_string_actions))
+        except ValueError as exc:
+            sub.choices["serve"].error(str(exc))
     command = next((a for a in argv if not a.startswith("-")), None)
     for name, (module_name, help_text) in _SUBCOMMANDS.items():
         module = _subcommand_module(module_name) if name == command else None

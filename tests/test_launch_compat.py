@@ -232,3 +232,68 @@ def test_prompt_tokens_details_only_when_enabled():
     enabled = Derenderer(bundle, ServeConfig(enable_prompt_tokens_details=True)).chat(req)["usage"]
     assert plain["prompt_tokens_details"] is None
     assert enabled["prompt_tokens_details"] == {"cached_tokens": 4}
+
+
+# --- vLLM's parser pre-processing: --config YAML, -O, dotted JSON flags, the positional MODEL ---
+
+def _config(argv: list[str], monkeypatch):
+    """The `ServeConfig` and namespace `render-service serve ARGV` would run with (nothing is started)."""
+    seen = {}
+    monkeypatch.setattr(cli, "run_serve", lambda args: seen.update(args=args, config=cli.build_config(args)))
+    assert cli.main(["serve", *argv]) == 0
+    return seen["config"], seen["args"]
+
+
+def test_config_file_sets_flags_and_the_command_line_wins(tmp_path, monkeypatch):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("port: 8003\nmax_model_len: 4k\nenable-auto-tool-choice: true\nserved-model-name: [a, b]\n"
+                   "default-chat-template-kwargs:\n  enable_thinking: false\ntrust-remote-code: false\n")
+    config, _ = _config(["m", "--config", str(cfg)], monkeypatch)
+    assert (config.port, config.max_model_len, config.enable_auto_tool_choice) == (8003, 4096, True)
+    assert config.served_model_name == ("a", "b") and config.default_chat_template_kwargs["enable_thinking"] is False
+    for argv in (["m", "--port", "9000", f"--config={cfg}"], ["m", "--config", str(cfg), "--port", "9000"]):
+        assert _config(argv, monkeypatch)[0].port == 9000
+    model_in_file = tmp_path / "model.yml"
+    model_in_file.write_text("model: from-file\n")
+    assert _config(["--config", str(model_in_file)], monkeypatch)[0].model == "from-file"
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("cfg.json", '{"port": 8003}', "must be YAML"), ("cfg.yaml", "- port\n", "mapping"),
+    ("missing.yaml", None, "cannot read")])
+def test_bad_config_file_is_one_line(tmp_path, capsys, name, text, message):
+    path = tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["serve", "m", "--config", str(path)])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["-O3"], ["-O", "3"], ["-O=2"], ["-Odecode"]])
+def test_optimization_level_shorthand(argv, monkeypatch):
+    from render_service import launch_compat
+
+    _, args = _config(["m", *argv], monkeypatch)
+    assert launch_compat.ignored_flags(args) == ["--optimization-level"]
+
+
+def test_dotted_json_flags(monkeypatch):
+    from render_service import launch_compat
+
+    config, args = _config(["m", "--limit-mm-per-prompt.image", "0", "--limit_mm_per_prompt.video=1",
+                            "--compilation-config.level", "3", "--compilation_config.pass_config.fuse_norm", "true",
+                            "--default-chat-template-kwargs.enable_thinking", "false",
+                            "--override-generation-config.temperature=0.5", "--media-fetch-timeout", "-1.5"],
+                           monkeypatch)
+    assert config.limit_mm_per_prompt == {"image": 0, "video": 1}
+    assert config.default_chat_template_kwargs["enable_thinking"] is False
+    assert config.override_generation_config == {"temperature": 0.5}
+    assert launch_compat.ignored_flags(args) == ["--compilation-config"]
+    assert json.loads(args.vllm_noop__compilation_config) == {"level": 3, "pass_config": {"fuse_norm": True}}
+    assert config.media_fetch_timeout == -1.5
+
+
+def test_positional_model_wins_over_model_flag(monkeypatch):
+    assert _config(["--model", "A", "B"], monkeypatch)[0].model == "B"
+    assert _config(["--model", "A"], monkeypatch)[0].model == "A"
