@@ -30,19 +30,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-MAX_STOP_STRINGS = 64
-"""Most stop strings one request may give (OpenAI allows 4; vLLM sets no limit)."""
-MAX_STOP_CHARS = 1000
-"""Longest stop string, in characters; also bounds the held-back text of a stream."""
-
-
-def check_stop_limits(stops: list[str] | tuple[str, ...]) -> None:
-    """Raise ValueError (message fit for a 400) when ``stops`` exceeds the limits above."""
-    if len(stops) > MAX_STOP_STRINGS:
-        raise ValueError(f"At most {MAX_STOP_STRINGS} stop strings are allowed; got {len(stops)}.")
-    longest = max((len(s) for s in stops), default=0)
-    if longest > MAX_STOP_CHARS:
-        raise ValueError(f"Stop strings may be at most {MAX_STOP_CHARS} characters long; got one of {longest}.")
+from ..wire.limits import MAX_STOP_CHARS, MAX_STOP_STRINGS, check_stop_limits  # noqa: F401  (re-exported)
 
 
 class _Automaton:

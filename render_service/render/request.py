@@ -10,8 +10,9 @@ import secrets
 from typing import Any
 
 from ..config import ServeConfig
-from ..errors import bad_request
+from ..errors import bad_request, check_token_ids
 from ..model import ModelBundle
+from ..wire.limits import logit_bias_ids
 from .sampling import build_sampling_params
 
 
@@ -97,7 +98,13 @@ def token_offsets(bundle: ModelBundle, text: str, add_special_tokens: bool, coun
 def sampling_params(req: Any, bundle: ModelBundle, max_tokens: int, skip_special: bool, logprobs: int | None,
                     prompt_logprobs: int | None = None, *, structured_outputs: dict | None | bool = True,
                     ) -> dict[str, Any]:
-    """`build_sampling_params` with the model's generation defaults and EOS ids."""
+    """`build_sampling_params` with the model's generation defaults and EOS ids.
+
+    Raises:
+        OpenAIError: 400 for a ``logit_bias`` token id outside the vocabulary (vLLM's engine
+        refuses it; render knows the vocabulary, so the request fails before any engine work).
+    """
+    check_token_ids(logit_bias_ids(req.logit_bias), bundle.tokenizer.vocab_size, "logit_bias")
     return build_sampling_params(
         req,
         max_tokens=max_tokens,

@@ -10,12 +10,14 @@ shape is checked, since the converters read them as data.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..errors import OpenAIError
 from .generate import GenerateResponse
+from .limits import MAX_MESSAGES, LogitBias, PassThrough, StopStrings, bounded_list, check_stops
+from .openai import VllmTypedFields
 
 
 class _Lenient(BaseModel):
@@ -58,21 +60,27 @@ def _check_item(i: int, item: Any) -> None:
             raise ValueError(f"input[{i}].content[{j}] must be an object with a type")
 
 
-class ResponsesRequest(_Lenient):
+# vLLM 0.33's ``include`` values (ResponsesRequest.json).
+RESPONSES_INCLUDABLE = Literal["code_interpreter_call.outputs", "computer_call_output.output.image_url",
+                               "file_search_call.results", "message.input_image.image_url",
+                               "message.output_text.logprobs", "reasoning.encrypted_content"]
+
+
+class ResponsesRequest(VllmTypedFields):
     """``POST /v1/responses`` (and ``…/render``) body, as vLLM 0.33 accepts it."""
 
-    input: str | list[Any]
+    input: str | bounded_list(Any, MAX_MESSAGES)
     model: str | None = None
     instructions: str | None = None
     max_output_tokens: int | None = Field(default=None, ge=1)
     previous_response_id: str | None = None
     prompt: Any = None
-    tools: list[dict[str, Any]] = Field(default_factory=list)
+    tools: list[PassThrough] = Field(default_factory=list)
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] = "auto"
     parallel_tool_calls: bool | None = True
-    text: dict[str, Any] | None = None
-    reasoning: dict[str, Any] | None = None
-    include: list[str] | None = None
+    text: PassThrough | None = None
+    reasoning: PassThrough | None = None
+    include: list[RESPONSES_INCLUDABLE] | None = None
     include_reasoning: bool = True
     top_logprobs: int | None = Field(default=0, ge=0, le=20)
     truncation: Literal["auto", "disabled"] | None = "disabled"
@@ -84,28 +92,34 @@ class ResponsesRequest(_Lenient):
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
-    stop: str | list[str] | None = None
+    stop: StopStrings = None
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool | None = None
     spaces_between_special_tokens: bool = True
-    logit_bias: dict[str, float] | None = None
-    structured_outputs: dict[str, Any] | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
+    logit_bias: LogitBias = None
+    structured_outputs: PassThrough | None = None
+    chat_template_kwargs: PassThrough | None = None
     stream: bool | None = False
     store: bool | None = True
     background: bool | None = False
-    metadata: dict[str, Any] | None = None
+    metadata: dict[str, str] | None = None
     user: str | None = None
-    service_tier: str | None = "auto"
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] = "auto"
     max_tool_calls: int | None = None
     request_id: str | None = None
     cache_salt: str | None = Field(default=None, min_length=1, max_length=1024)
     priority: int = 0
-    kv_transfer_params: dict[str, Any] | None = None
-    ec_transfer_params: dict[str, Any] | None = None
-    vllm_xargs: dict[str, Any] | None = None
+    kv_transfer_params: PassThrough | None = None
+    ec_transfer_params: PassThrough | None = None
+    vllm_xargs: PassThrough | None = None
+    # typed as vLLM types them, otherwise unused
+    session_id: str | None = None
+    enable_response_messages: bool = False
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    safety_identifier: str | None = None
 
     @field_validator("input")
     @classmethod
@@ -167,8 +181,8 @@ class AnthropicBlock(_Lenient):
     id: str | None = None
     tool_use_id: str | None = None
     name: str | None = None
-    input: dict[str, Any] | None = None
-    content: str | list[dict[str, Any]] | None = None
+    input: PassThrough | None = None
+    content: str | list[PassThrough] | None = None
     is_error: bool | None = None
     thinking: str | None = None
     signature: str | None = None
@@ -183,7 +197,7 @@ class AnthropicMessage(_Lenient):
 class AnthropicTool(_Lenient):
     name: str
     description: str | None = None
-    input_schema: dict[str, Any]
+    input_schema: PassThrough
     strict: bool | None = None
     defer_loading: bool | None = None
 
@@ -205,17 +219,17 @@ class AnthropicThinking(_Lenient):
         return self
 
 
-class AnthropicMessagesRequest(_Lenient):
+class AnthropicMessagesRequest(VllmTypedFields):
     """``POST /v1/messages`` (and ``…/render``) body, as vLLM 0.33 accepts it."""
 
     model: str = Field(min_length=1)
-    messages: list[AnthropicMessage]
+    messages: bounded_list(AnthropicMessage, MAX_MESSAGES)
     max_tokens: int = Field(gt=0)
     system: str | list[AnthropicBlock] | None = None
-    metadata: dict[str, Any] | None = None
-    output_config: dict[str, Any] | None = None
+    metadata: PassThrough | None = None
+    output_config: PassThrough | None = None
     thinking: AnthropicThinking | None = None
-    stop_sequences: list[str] | None = Field(default=None, max_length=4)
+    stop_sequences: Annotated[list[str] | None, Field(max_length=4), AfterValidator(check_stops)] = None
     stream: bool | None = False
     temperature: float | None = None
     top_p: float | None = None
@@ -223,10 +237,10 @@ class AnthropicMessagesRequest(_Lenient):
     tool_choice: AnthropicToolChoice | None = None
     tools: list[AnthropicTool] | None = None
     cache_salt: str | None = Field(default=None, min_length=1, max_length=1024)
-    kv_transfer_params: dict[str, Any] | None = None
-    ec_transfer_params: dict[str, Any] | None = None
-    vllm_xargs: dict[str, Any] | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
+    kv_transfer_params: PassThrough | None = None
+    ec_transfer_params: PassThrough | None = None
+    vllm_xargs: PassThrough | None = None
+    chat_template_kwargs: PassThrough | None = None
 
     @model_validator(mode="after")
     def _budget(self) -> "AnthropicMessagesRequest":

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validator, model_validator
 
+from .limits import MAX_COUNT, MAX_NESTING, PassThrough, check_nesting  # noqa: F401  (re-exported)
 from .openai import StreamOptions
 
 ENGINE_ID_PREFIX = "generate-tokens-"   # vLLM's engine-facing request id prefix (§1.8)
@@ -22,29 +23,8 @@ OUTPUT_KIND_FINAL_ONLY = 2              # vLLM RequestOutputKind.FINAL_ONLY (non
 
 _LOOSE = ConfigDict(extra="ignore")
 
-MAX_COUNT = 2**31 - 1
-"""Largest token count, index or token id a client may send: past it a value is an error,
-not a number to add up and serialise (2**64 - 1 in ``usage`` overflowed the JSON writer)."""
-MAX_NESTING = 32
-"""Deepest JSON nesting of pass-through fields (``metrics``, ``kv_transfer_params`` …);
-the JSON writer stops at 255 levels, which made a 300-deep ``metrics`` a 500."""
-
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 Int64 = Annotated[int, Field(ge=-(2**63), lt=2**63)]
-
-
-def check_nesting(value: Any, limit: int = MAX_NESTING) -> Any:
-    """``value`` unchanged if its lists/objects nest at most ``limit`` deep.
-
-    Raises:
-        ValueError: nested deeper (pydantic reports it as a 400 naming the field).
-    """
-    level = [value]
-    for _ in range(limit + 1):
-        level = [v for x in level if isinstance(x, (list, dict)) for v in (x.values() if isinstance(x, dict) else x)]
-        if not level:
-            return value
-    raise ValueError(f"nested deeper than {limit} levels")
 
 
 def _shallow(value: Any) -> Any:
@@ -96,7 +76,7 @@ class GenerateRequest(_NullIsDefault):
     model: str | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    kv_transfer_params: dict[str, Any] | None = None
+    kv_transfer_params: PassThrough | None = None
     output_mode: str = "tokens"
     return_token_ids: bool = False
     features: Any = None

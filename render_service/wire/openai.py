@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validator, model_validator
 
 from .. import policy
+from .limits import MAX_MESSAGES, LogitBias, PassThrough, StopStrings, bounded_list, check_batch
 
 
 
@@ -47,7 +48,16 @@ class RepetitionDetection(_Lenient):
                 "min_count": self.min_count}
 
 
-class SamplingFields(_Lenient):
+class VllmTypedFields(_Lenient):
+    """Fields of every vLLM 0.33 front-door request that render does not act on but vLLM
+    type-checks: typed here so a body vLLM refuses is refused here too (a 400, not ignored)."""
+
+    mm_payload: Literal["tensors", "none"] | None = None
+    return_mm_kwargs: bool | None = None
+    watermarking: bool | None = None
+
+
+class SamplingFields(VllmTypedFields):
     """Sampling fields shared by chat and completions (wire brief §2.2)."""
 
     model: str | None = None
@@ -60,14 +70,14 @@ class SamplingFields(_Lenient):
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
-    stop: str | list[str] | None = None
+    stop: StopStrings = None
     stop_token_ids: list[NonNegativeInt] | None = None
     ignore_eos: bool = False
     min_tokens: NonNegativeInt = 0
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool | None = None
     spaces_between_special_tokens: bool = True
-    logit_bias: dict[str, float] | None = None
+    logit_bias: LogitBias = None
     allowed_token_ids: list[NonNegativeInt] | None = None
     bad_words: list[str] | None = None
     # -1 (the context minus one) or a count; 0 would render an empty prompt, which no engine takes
@@ -77,14 +87,14 @@ class SamplingFields(_Lenient):
     request_id: str | None = None
     cache_salt: str | None = None
     priority: int = 0
-    kv_transfer_params: dict[str, Any] | None = None
-    ec_transfer_params: dict[str, Any] | None = None
-    vllm_xargs: dict[str, Any] | None = None
+    kv_transfer_params: PassThrough | None = None
+    ec_transfer_params: PassThrough | None = None
+    vllm_xargs: PassThrough | None = None
     return_token_ids: bool | None = None
     add_special_tokens: bool = False
     use_beam_search: bool = False
-    response_format: dict[str, Any] | None = None
-    structured_outputs: dict[str, Any] | None = None
+    response_format: PassThrough | None = None
+    structured_outputs: PassThrough | None = None
     logprob_token_ids: list[NonNegativeInt] | None = None
     thinking_token_budget: int | None = Field(default=None, ge=-1)
     repetition_detection: RepetitionDetection | None = None
@@ -92,7 +102,12 @@ class SamplingFields(_Lenient):
     routed_experts_prompt_start: NonNegativeInt = 0
     truncation_side: Literal["left", "right"] | None = None
     return_token_offsets: bool = False
-    watermarking: Any = None
+    # typed as vLLM types them, otherwise unused
+    user: str | None = None
+    session_id: str | None = None
+    length_penalty: float = 1.0
+    return_tokens_as_token_ids: bool | None = None
+    return_weight_versions: bool = False
 
     @field_validator("truncate_prompt_tokens")
     @classmethod
@@ -103,9 +118,6 @@ class SamplingFields(_Lenient):
 
     @model_validator(mode="after")
     def _stop_strings(self) -> "SamplingFields":
-        for key in self.logit_bias or {}:
-            if not key.lstrip("-").isdigit():
-                raise ValueError(f"logit_bias keys must be token ids, got {key!r}")
         fmt = self.response_format
         if fmt is not None:
             if fmt.get("type") not in ("text", "json_object", "json_schema", "structural_tag"):
@@ -131,17 +143,17 @@ class SamplingFields(_Lenient):
 class ChatCompletionRequest(SamplingFields):
     """OpenAI chat request as vLLM's render endpoint takes it."""
 
-    messages: list[dict[str, Any]]
+    messages: bounded_list(dict[str, Any], MAX_MESSAGES)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     max_tokens: int | None = Field(default=None, ge=1)
-    tools: list[dict[str, Any]] | None = None
+    tools: list[PassThrough] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     parallel_tool_calls: bool = True
     include_reasoning: bool = True
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     chat_template: str | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
-    documents: list[dict[str, Any]] | None = None
+    chat_template_kwargs: PassThrough | None = None
+    documents: list[PassThrough] | None = None
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     logprobs: bool = False
@@ -152,6 +164,14 @@ class ChatCompletionRequest(SamplingFields):
     previous_turn: PreviousTurn | None = None
     token_exact_history: bool | None = None
     return_assistant_tokens_mask: bool = False  # vLLM main (GenerateRequest.assistant_tokens_mask)
+    return_prompt_text: bool | None = None  # vLLM types it; render does not act on it
+
+    @field_validator("messages")
+    @classmethod
+    def _message_fields(cls, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for i, message in enumerate(messages):
+            check_message_fields(message, f"messages.{i}")
+        return messages
 
     @model_validator(mode="after")
     def _consistency(self) -> "ChatCompletionRequest":
@@ -179,7 +199,15 @@ class CompletionRequest(SamplingFields):
     echo: bool = False
     suffix: str | None = None
     logprobs: int | None = Field(default=None, ge=-1)
+    prompt_logprobs: int | None = Field(default=None, ge=-1)
     add_special_tokens: bool = True
+
+    @field_validator("prompt")
+    @classmethod
+    def _batch(cls, prompt: Any) -> Any:
+        if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
+            check_batch(prompt)
+        return prompt
 
     @model_validator(mode="after")
     def _prompt_shape(self) -> "CompletionRequest":
@@ -208,3 +236,43 @@ def stop_list(stop: str | list[str] | None) -> list[str]:
         return []
     return [stop] if isinstance(stop, str) else list(stop)
 
+
+# Message fields every vLLM 0.33 message type (ChatCompletion*MessageParam, and the custom-role
+# one that takes any role) types as strings; null stays allowed where clients send it for
+# "absent". Fields only some types declare (``refusal``) are free in the custom-role one.
+_MESSAGE_STRINGS = ("role", "name", "tool_call_id")
+_CALL_STRINGS = ("id", "type")
+
+
+def check_message_fields(message: Any, where: str) -> None:
+    """Raise ValueError unless ``message``'s typed fields have vLLM's types: ``role``,
+    ``name``, ``tool_call_id`` strings; ``tool_calls`` a list of calls whose
+    ``id``, ``type`` and ``function.name`` are strings and ``function.arguments`` a JSON
+    string (or an object: our documented extension, `render.messages`)."""
+    if not isinstance(message, dict):
+        raise ValueError(f"{where} must be an object")
+    for key in _MESSAGE_STRINGS:
+        if message.get(key) is not None and not isinstance(message[key], str):
+            raise ValueError(f"{where}.{key} must be a string")
+    calls = message.get("tool_calls")
+    if calls is None:
+        return
+    if not isinstance(calls, list):
+        raise ValueError(f"{where}.tool_calls must be a list")
+    for j, call in enumerate(calls):
+        at = f"{where}.tool_calls.{j}"
+        if not isinstance(call, dict):
+            raise ValueError(f"{at} must be an object")
+        for key in _CALL_STRINGS:
+            if call.get(key) is not None and not isinstance(call[key], str):
+                raise ValueError(f"{at}.{key} must be a string")
+        function = call.get("function")
+        if function is None:
+            continue
+        if not isinstance(function, dict):
+            raise ValueError(f"{at}.function must be an object")
+        if function.get("name") is not None and not isinstance(function["name"], str):
+            raise ValueError(f"{at}.function.name must be a string")
+        arguments = function.get("arguments")
+        if arguments is not None and not isinstance(arguments, (str, dict)):
+            raise ValueError(f"{at}.function.arguments must be a JSON string")
