@@ -11,7 +11,9 @@ Every structural tag carries the namespace prefix ``]<]minimax[>[``::
 Each parameter is an element named after the argument; an element holding elements is an
 object, or an array where the tool's schema says so (the template writes list items as
 ``<item>``); text is typed by the schema (:func:`parsers.schema.coerce`), a string where
-it says nothing. The framing row's header (``<invoke name="…">``) started the call; this
+it says nothing. The schema is read whole at every depth, as for the other XML families
+(:func:`parsers.schema.tool_schema`: ``$ref``, ``allOf``, ``anyOf``/``oneOf``,
+``enum``/``const``). The framing row's header (``<invoke name="…">``) started the call; this
 body collects up to ``</invoke>`` and writes the arguments once. A call cut off by the end
 of output is not complete; its arguments hold the parameters that were whole.
 """
@@ -23,7 +25,7 @@ import json
 from .calls import Calls
 from .collected import Collected, close_started
 from .scanner import find_marker
-from .schema import coerce
+from .schema import SchemaView, coerce, tool_schema
 
 NS = "]<]minimax[>["
 _END = NS + "</invoke>"
@@ -46,10 +48,11 @@ class NestedXmlCall(Collected):
     def _emit(self, body: str, calls: Calls, complete: bool) -> bool:
         if complete:
             body = body[:-len(_END)]
-        schema = _properties(calls.tools, calls.name)
+        root = tool_schema(calls.tools, calls.name)
+        props = root.properties() if root is not None else {}
         args = {}
         for name, value in _elements(body, 0, 0)[0]:
-            args[name] = _convert(value, schema.get(name) or {})
+            args[name] = _convert(value, props.get(name))
         return close_started(calls, json.dumps(args, ensure_ascii=False), complete)
 
 
@@ -76,29 +79,16 @@ def _elements(text: str, pos: int, depth: int, close: str | None = None):
         out.append((name, children if children else inner))
 
 
-def _properties(tools, name: str) -> dict:
-    for t in tools or ():
-        fn = t.get("function", t) if isinstance(t, dict) else None
-        if isinstance(fn, dict) and fn.get("name") == name:
-            props = (fn.get("parameters") or {}).get("properties")
-            return props if isinstance(props, dict) else {}
-    return {}
-
-
-def _types(schema: dict) -> list[str]:
-    t = schema.get("type")
-    return [t] if isinstance(t, str) else [x for x in t or () if isinstance(x, str)]
-
-
-def _convert(value, schema: dict):
-    types = _types(schema)
+def _convert(value, view: SchemaView | None):
+    """An element's value under its schema (None: no schema says anything)."""
+    d = view.describe() if view is not None else None
     if isinstance(value, str):
-        return json.loads(coerce(value, types)) if types else value
-    if "array" in types or ("items" in schema and "object" not in types):
-        item = schema.get("items") if isinstance(schema.get("items"), dict) else {}
-        return [_convert(v, item) for _, v in value]
-    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-    return {k: _convert(v, props.get(k) or {}) for k, v in value}
+        return json.loads(coerce(value, d.types, d.values)) if d and (d.types or d.values) else value
+    items = view.items() if view is not None else None
+    if (d and "array" in d.types) or (items is not None and "object" not in d.types):
+        return [_convert(v, items) for _, v in value]
+    props = view.properties() if view is not None else {}
+    return {k: _convert(v, props.get(k)) for k, v in value}
 
 
 __all__ = ["NestedXmlCall"]

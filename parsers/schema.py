@@ -76,6 +76,70 @@ def param_schemas(tools: list[dict] | None, name: str) -> dict[str, ParamSchema]
     return {}
 
 
+def tool_schema(tools: list[dict] | None, name: str) -> "SchemaView | None":
+    """The parameters schema of tool ``name`` for walking nested values (objects inside
+    objects, array items), resolved as :func:`param_schemas` resolves it; None when the
+    tool is unknown or declares no parameters object."""
+    for t in tools or ():
+        fn = t.get("function", t) if isinstance(t, dict) else None
+        if isinstance(fn, dict) and fn.get("name") == name:
+            root = fn.get("parameters")
+            if not isinstance(root, dict):
+                return None
+            return SchemaView(root, Registry().with_resource(_BASE, Resource.from_contents(
+                root, default_specification=DRAFT202012)).resolver(base_uri=_BASE))
+    return None
+
+
+@dataclass(frozen=True)
+class SchemaView:
+    """One sub-schema of a tool's parameters and the resolver its local ``$ref`` resolve
+    against. ``describe()`` is what a value there must be (the same reading as
+    :func:`param_schemas`); ``properties()`` and ``items()`` step into an object's
+    parameters and an array's items through ``$ref``, ``allOf`` and ``anyOf``/``oneOf``."""
+
+    schema: object
+    resolver: object
+    depth: int = 0
+
+    def describe(self) -> ParamSchema:
+        types, values = _describe(self.schema, self.resolver, self.depth)
+        return ParamSchema(list(types or ()), None if values is None else list(values))
+
+    def properties(self) -> dict[str, "SchemaView"]:
+        """Each parameter's schema: all of those the schema's parts give for it."""
+        found = self._collect(lambda s: s.get("properties") if isinstance(s.get("properties"), dict) else {})
+        return {k: SchemaView(v, self.resolver, self.depth + 1) for k, v in found.items()}
+
+    def items(self) -> "SchemaView | None":
+        """The schema of an array's items, None where the schema names none."""
+        found = self._collect(lambda s: {"": s["items"]} if isinstance(s.get("items"), dict) else {})
+        return SchemaView(found[""], self.resolver, self.depth + 1) if found else None
+
+    def _collect(self, pick, schema=None, depth: int | None = None) -> dict:
+        """``{key: sub-schema}`` from ``pick`` over the schema's own keywords, its ``$ref``
+        and ``allOf`` (joined as ``allOf``) and its ``anyOf``/``oneOf`` (as ``anyOf``)."""
+        schema, depth = (self.schema, self.depth) if schema is None else (schema, depth)
+        schema, _, ref = _deref(schema, self.resolver, depth)
+        if not isinstance(schema, dict) or depth > _MAX_DEPTH:
+            return {}
+        musts = [dict(pick(schema))]
+        musts += [self._collect(pick, sub, depth + 1) for sub in _branches(schema, "allOf")]
+        if ref:
+            musts.append(self._collect(pick, ref[0], depth + 1))
+        for combinator in ("anyOf", "oneOf"):
+            alts: dict[str, list] = {}
+            for sub in _branches(schema, combinator):
+                for key, value in self._collect(pick, sub, depth + 1).items():
+                    alts.setdefault(key, []).append(value)
+            musts.append({k: v[0] if len(v) == 1 else {"anyOf": v} for k, v in alts.items()})
+        out: dict[str, list] = {}
+        for part in musts:
+            for key, value in part.items():
+                out.setdefault(key, []).append(value)
+        return {k: v[0] if len(v) == 1 else {"allOf": v} for k, v in out.items()}
+
+
 _BASE = "urn:render-service:tool-parameters"
 _MAX_DEPTH = 16
 _ANY: tuple = (None, None)  # (types: tuple | None, values: tuple | None); None = no limit
@@ -265,4 +329,5 @@ def _try(t: str, text: str):
     return v if isinstance(v, dict if t == "object" else list) else _NO
 
 
-__all__ = ["tool_names", "param_types", "param_schemas", "ParamSchema", "is_string_only", "coerce"]
+__all__ = ["tool_names", "param_types", "param_schemas", "ParamSchema", "tool_schema", "SchemaView",
+           "is_string_only", "coerce"]

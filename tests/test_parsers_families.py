@@ -439,3 +439,29 @@ def test_derender_finish_reason_is_tool_calls_exactly_when_calls_return(sid, spe
         assert stream_view(chunks) == view
         cut = message_view(d.whole([gen_choice(ids[:-1], "length")]))
         assert cut["finish_reason"] == "length"
+
+
+def test_minimax_m3_reads_the_schema_whole_at_every_depth():
+    """Nested elements are typed by the shared schema reading (issue 15): ``$ref`` into
+    ``$defs`` (with a JSON-pointer escape), array items by ``$ref``, root ``allOf`` and
+    ``anyOf``, and an enum whose ``"7"`` is a string but ``8`` an integer."""
+    ns = "]<]minimax[>["
+    tools = [{"type": "function", "function": {"name": "order", "parameters": {
+        "$defs": {"Item": {"type": "object", "properties": {"qty": {"type": "integer"}, "sku": {"type": "string"}}},
+                  "Count": {"type": "integer"}, "a/b": {"enum": ["7", 8]}},
+        "type": "object",
+        "properties": {"user_id": {"$ref": "#/$defs/Count"}, "items": {"type": "array", "items": {"$ref": "#/$defs/Item"}},
+                       "code": {"$ref": "#/$defs/a~1b"}},
+        "allOf": [{"properties": {"flag": {"type": "boolean"}}}],
+        "anyOf": [{"properties": {"opts": {"type": "object", "properties": {"n": {"type": "number"}}}}}]}}}]
+
+    def el(name, value):
+        return f"{ns}<{name}>{value}{ns}</{name}>"
+
+    for code, typed in (("7", "7"), ("8", 8)):
+        body = (el("user_id", "42") + el("items", el("item", el("qty", "3") + el("sku", "007"))) + el("code", code)
+                + el("flag", "true") + el("opts", el("n", "1.5")))
+        text = f'{ns}<tool_call>{ns}<invoke name="order">{body}{ns}</invoke>{ns}</tool_call>'
+        (call,) = parse_complete(ParserSpec(tool="minimax_m3", tools=tools), text).tool_calls
+        assert json.loads(call.arguments) == {"user_id": 42, "items": [{"qty": 3, "sku": "007"}], "code": typed,
+                                              "flag": True, "opts": {"n": 1.5}}
