@@ -157,6 +157,13 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="a request that cannot start on the CPU pool within this delay gets 503 + Retry-After "
                         "(keep it under the router's timeout: llm-d's token-producer waits 5 s)")
     p.add_argument("--max-logprobs", type=int, default=20, help="top logprobs allowed per token (-1: no limit)")
+    from .wire.limits import MAX_BATCH_PROMPT_LENGTH, MAX_BATCH_PROMPTS
+
+    p.add_argument("--max-batch-prompts", type=_positive, default=MAX_BATCH_PROMPTS,
+                   help="most prompts in one completions request (more: 400)")
+    p.add_argument("--max-batch-prompt-length", type=_positive, default=MAX_BATCH_PROMPT_LENGTH,
+                   help="most prompt characters + token ids in one completions request, all prompts together "
+                        "(more: 400)")
     add_log_level_argument(p, "info")
     add_connection_arguments(p)
     from .multimodal import flags as media_flags
@@ -186,6 +193,8 @@ def build_config(args: argparse.Namespace):
         content_special_tokens=args.content_special_tokens,
         max_body_bytes=args.max_body_bytes,
         max_logprobs=args.max_logprobs,
+        max_batch_prompts=args.max_batch_prompts,
+        max_batch_prompt_length=args.max_batch_prompt_length,
         stream_state_secret=args.stream_state_secret,
         max_queue_delay_ms=args.max_queue_delay_ms,
         **media_flags.overrides(args),

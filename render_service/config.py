@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .wire.limits import MAX_BATCH_PROMPT_LENGTH, MAX_BATCH_PROMPTS
+
 
 @dataclass(frozen=True)
 class ServeConfig:
@@ -29,6 +31,8 @@ class ServeConfig:
     content_special_tokens: str = "parse"          # parse (HF parity) | text (user text never becomes control tokens)
     max_body_bytes: int = 32 * 1024 * 1024
     max_logprobs: int = 20
+    max_batch_prompts: int = MAX_BATCH_PROMPTS     # prompts in one completions request
+    max_batch_prompt_length: int = MAX_BATCH_PROMPT_LENGTH  # their characters + token ids, all together
     exclude_tools_when_tool_choice_none: bool = False
     stream_state_secret: str | None = None         # HMAC key for derender stream_state; default derived from the model
     max_queue_delay_ms: int = 1000                 # a request that cannot start in time gets 503 + Retry-After

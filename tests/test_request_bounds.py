@@ -147,6 +147,24 @@ def test_completions_batch_past_the_total_length_is_400(url):
     assert str(limits.MAX_BATCH_PROMPT_LENGTH) in error_of(r)["message"]
 
 
+def test_batch_bounds_follow_the_serve_flags():
+    import argparse
+
+    from render_service.cli import add_serve_parser, build_config
+
+    parser = argparse.ArgumentParser()
+    add_serve_parser(parser.add_subparsers(dest="command"))
+    config = build_config(parser.parse_args(["serve", "--max-batch-prompts", "2", "--max-batch-prompt-length", "12"]))
+    assert (config.max_batch_prompts, config.max_batch_prompt_length) == (2, 12)
+    with render_server(max_batch_prompts=config.max_batch_prompts,
+                       max_batch_prompt_length=config.max_batch_prompt_length) as small:
+        assert post(small, COMPLETIONS, {"prompt": ["hi", "ho"]}).status_code == 200
+        three = post(small, COMPLETIONS, {"prompt": ["hi", "ho", "ha"]})
+        assert three.status_code == 400 and "--max-batch-prompts" in error_of(three)["message"], three.text[:300]
+        long = post(small, COMPLETIONS, {"prompt": [[28] * 7, [29] * 6]})
+        assert long.status_code == 400 and "--max-batch-prompt-length" in error_of(long)["message"], long.text[:300]
+
+
 @pytest.mark.parametrize("route,field,item", [
     (CHAT, "messages", {"role": "user", "content": "hi"}),
     (RESPONSES, "input", {"role": "user", "content": "hi"}),

@@ -8,6 +8,7 @@ from ..config import ServeConfig
 from ..errors import bad_request, check_token_ids
 from ..model import ModelBundle
 from ..policy import skip_special_tokens
+from ..wire.limits import check_batch
 from ..wire.openai import CompletionRequest
 from .request import (
     check_logprobs, check_min_tokens, check_prompt_chars, generate_request, refuse_beam_search, resolve_max_tokens,
@@ -23,13 +24,18 @@ def render_completion(
     Ids are ``cmpl-<request_id>`` for one prompt, ``cmpl-<request_id>-<i>`` for several.
 
     Raises:
-        OpenAIError: 400 for out-of-vocabulary ids, over-long prompts, echo, …
+        OpenAIError: 400 for out-of-vocabulary ids, over-long prompts, a batch past
+        ``config.max_batch_prompts`` / ``max_batch_prompt_length``, echo, …
     """
     refuse_beam_search(req)
     if req.echo:
         raise bad_request("echo is not supported by the render tier (the engine never sees prompt text).", "echo")
     check_logprobs(config, {"logprobs": req.logprobs})
     prompts = req.prompts()
+    try:
+        check_batch(prompts, config.max_batch_prompts, config.max_batch_prompt_length)
+    except ValueError as exc:
+        raise bad_request(str(exc), "prompt") from None
     out = []
     vocab = bundle.tokenizer.vocab_size
     skip = skip_special_tokens(req.skip_special_tokens, parser_active=False,

@@ -27,11 +27,11 @@ MAX_STOP_CHARS = 1000
 """Longest stop string, in characters; also bounds the held-back text of a stream."""
 
 MAX_BATCH_PROMPTS = 1024
-"""Most prompts in one completions request (text or token-id prompts). Each becomes its own
+"""Default most prompts in one completions request (text or token-id prompts). Each becomes its own
 `GenerateRequest` (about 1 KB of answer beyond its ids), so 300,000 one-word prompts made a
 194 MB answer and held a CPU-pool thread for seconds."""
 MAX_BATCH_PROMPT_LENGTH = 4 * 1024 * 1024
-"""Most prompt characters (text prompts) plus token ids (token prompts) in one completions
+"""Default most prompt characters (text prompts) plus token ids (token prompts) in one completions
 request, all prompts together: about half a second of tokenizing on one core, so one
 request cannot hold the pool for long while others wait."""
 MAX_MESSAGES = 8192
@@ -93,15 +93,18 @@ def logit_bias_ids(logit_bias: dict[str, float] | None) -> list[int]:
     return [int(key) for key in logit_bias or {}]
 
 
-def check_batch(prompts: list) -> None:
-    """Raise ValueError past `MAX_BATCH_PROMPTS` prompts or `MAX_BATCH_PROMPT_LENGTH`
-    characters + token ids in all (``prompts``: text prompts or token-id lists)."""
-    if len(prompts) > MAX_BATCH_PROMPTS:
-        raise ValueError(f"At most {MAX_BATCH_PROMPTS} prompts are allowed in one request; got {len(prompts)}.")
+def check_batch(prompts: list, max_prompts: int = MAX_BATCH_PROMPTS,
+                max_length: int = MAX_BATCH_PROMPT_LENGTH) -> None:
+    """Raise ValueError past ``max_prompts`` prompts or ``max_length`` characters + token ids
+    in all (``prompts``: text prompts or token-id lists; the serve flags
+    ``--max-batch-prompts`` / ``--max-batch-prompt-length`` set the bounds)."""
+    if len(prompts) > max_prompts:
+        raise ValueError(f"At most {max_prompts} prompts are allowed in one request; got {len(prompts)} "
+                         f"(--max-batch-prompts).")
     total = sum(len(p) for p in prompts)
-    if total > MAX_BATCH_PROMPT_LENGTH:
-        raise ValueError(f"The prompts of one request may hold at most {MAX_BATCH_PROMPT_LENGTH} characters and "
-                         f"token ids in all; got {total}.")
+    if total > max_length:
+        raise ValueError(f"The prompts of one request may hold at most {max_length} characters and token ids "
+                         f"in all; got {total} (--max-batch-prompt-length).")
 
 
 PassThrough = Annotated[dict[str, Any], AfterValidator(check_nesting)]

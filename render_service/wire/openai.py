@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validator, model_validator
 
 from .. import policy
-from .limits import MAX_MESSAGES, LogitBias, PassThrough, StopStrings, bounded_list, check_batch
+from .limits import MAX_MESSAGES, LogitBias, PassThrough, StopStrings, bounded_list
 
 
 
@@ -201,13 +201,6 @@ class CompletionRequest(SamplingFields):
     logprobs: int | None = Field(default=None, ge=-1)
     prompt_logprobs: int | None = Field(default=None, ge=-1)
     add_special_tokens: bool = True
-
-    @field_validator("prompt")
-    @classmethod
-    def _batch(cls, prompt: Any) -> Any:
-        if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
-            check_batch(prompt)
-        return prompt
 
     @model_validator(mode="after")
     def _prompt_shape(self) -> "CompletionRequest":
