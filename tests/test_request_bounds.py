@@ -147,6 +147,14 @@ def test_completions_batch_past_the_total_length_is_400(url):
     assert str(limits.MAX_BATCH_PROMPT_LENGTH) in error_of(r)["message"]
 
 
+def test_completions_derender_takes_no_more_responses_than_render_makes_prompts(url):
+    gen = {"choices": [{"index": 0, "token_ids": [28], "finish_reason": "stop"}]}
+    r = post(url, "/v1/completions/derender", {"generate_responses": [gen] * (limits.MAX_BATCH_PROMPTS + 1)})
+    assert r.status_code == 400 and error_of(r)["param"] == "generate_responses", r.text[:300]
+    ok = post(url, "/v1/completions/derender", {"generate_responses": [gen] * limits.MAX_BATCH_PROMPTS})
+    assert ok.status_code == 200 and len(ok.json()["choices"]) == limits.MAX_BATCH_PROMPTS, ok.text[:300]
+
+
 def test_batch_bounds_follow_the_serve_flags():
     import argparse
 

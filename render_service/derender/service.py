@@ -125,6 +125,9 @@ class Derenderer:
         """Non-streaming completions derender → ``CompletionResponse`` dict (choices
         re-indexed across all generate responses, usage summed)."""
         n = len(req.generate_responses)
+        if n > self.config.max_batch_prompts:  # one generate response per prompt of the batch render allowed
+            raise bad_request(f"At most {self.config.max_batch_prompts} generate responses (one per prompt) are "
+                              f"allowed; got {n} (--max-batch-prompts).", "generate_responses")
         for name, lst in (("prompt_tokens", req.prompt_tokens), ("prompt_token_ids", req.prompt_token_ids)):
             if lst is not None and len(lst) != n:
                 raise bad_request(f"`{name}` must have one entry per generate response ({n}).", name)
