@@ -316,3 +316,38 @@ def test_the_schema_cases_cover_every_typed_scalar_field():
     """The generator above must keep finding fields (a schema change that hid them would
     otherwise leave the test above passing with nothing to check)."""
     assert len(_top_level_cases()) > 150 and len(_message_cases()) >= 10
+
+
+# -- the driver's front doors go through the same models --------------------------------
+
+@pytest.fixture(scope="module")
+def driver_url() -> Iterator[str]:
+    """`drive` with in-process render and engines that do not exist: every answer here must
+    come from validation, before any hop."""
+    from conftest import free_port, serve_app
+    from render_service.config import ServeConfig
+    from render_service.driver.app import create_app
+    from render_service.driver.config import DriverConfig
+    from render_service.driver.flow import Driver
+    from render_service.server import load_bundle
+
+    cfg = ServeConfig()
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    config = DriverConfig(prefill=(nowhere,), decode=(nowhere,), serve=cfg)
+    with serve_app(create_app(Driver(config, load_bundle(cfg)))) as base:
+        yield base
+
+
+DRIVE = {CHAT: "/v1/chat/completions", COMPLETIONS: "/v1/completions", RESPONSES: "/v1/responses",
+         MESSAGES: "/v1/messages"}
+
+
+@pytest.mark.parametrize("route", [CHAT, COMPLETIONS, RESPONSES, MESSAGES])
+@pytest.mark.parametrize("change", [
+    pytest.param(lambda route: {"kv_transfer_params": nested(500)}, id="deep-kv_transfer_params"),
+    pytest.param(lambda route: {STOP_FIELD[route]: ["x" * (limits.MAX_STOP_CHARS + 1)]}, id="long-stop"),
+])
+def test_driver_front_doors_refuse_the_same_bodies(driver_url, model, route, change):
+    r = post(driver_url, DRIVE[route], {**base_body(route, model), **change(route)})
+    assert r.status_code == 400, r.text[:300]
+    assert "Recursion" not in r.text
