@@ -15,7 +15,7 @@ where they lead are the table :data:`TRANSITIONS`::
   before it (Qwen3 writes ``<think>`` itself when the template did not).
 * ``IN``: reasoning until the FIRST end tag (case 29: later literal tags are content), or
   a tool-call start marker where the family's format puts calls inside thinking
-  (``tool_ends``: kimi_k2 only) — that marker is content, handed to the tool stage.
+  (``tool_ends``: kimi_k2, plamo3) — that marker is content, handed to the tool stage.
 * ``DONE``: everything is content, no scanning.
 
 The rules that do not fit the table sit beside it in :meth:`ReasoningStage.feed`: in OPEN,
@@ -83,7 +83,8 @@ class ReasoningFormat:
       (DeepSeek V4 ``reasoning_effort: "none"``, HY V3 ``reasoning_effort: "no_think"``).
     * ``tool_ends``: a tool-call start marker of the configured tool parser ends an open
       reasoning block. Only where the family's own format puts calls inside thinking
-      (Kimi K2 Thinking interleaves calls with its chain of thought); every other
+      (Kimi K2 Thinking interleaves calls with its chain of thought; PLaMo 3, which
+      starts in reasoning, ends it with its tool-requests block); every other
       template writes calls after the closed block, so there a marker the model writes
       before ``</think>`` is reasoning text — a call it only thought about (issue 15).
     * ``trim_trailing``: trailing whitespace of the reasoning is dropped (kimi_k2).
@@ -196,8 +197,10 @@ FORMATS.update({f.name: f for f in (
                     families="MiniMax M3"),
     ReasoningFormat("nemotron_v3", trim_trailing=True, families="Nemotron 3 (Qwen3 markers)"),
     ReasoningFormat("olmo3", off_kwargs=(), families="OLMo 3 Think"),
+    # PLaMo 3 starts in reasoning without an opening tag; its tool-requests block ends the
+    # thinking, as vLLM 0.33's PLaMo parser and its tests have it (SUPPORTED.md)
     ReasoningFormat("plamo3", start=("<|plamo:begin_think:plamo|>",), end=("<|plamo:end_think:plamo|>",),
-                    families="PLaMo 3"),
+                    tool_ends=True, families="PLaMo 3"),
     ReasoningFormat("step3", off_kwargs=(), families="Step-3 (end tag only)"),
     ReasoningFormat("step3p5", off_kwargs=(), trim_trailing=True,
                     families="Step-3.5 / 3.7 (template always opens <think>)"),

@@ -135,6 +135,9 @@ DIFFERENT = {
     "gigachat3-role-sep": "vLLM returns the call and also leaves its raw text as content",
     "cohere4": "a call written without arguments gets '{}' (shared case 11); vLLM's Cohere parser sends ''",
     "gemma4-cut": "a cut-off call keeps its partial text ('{\"city\": \"Par'), issue 15; vLLM closes it",
+    **dict.fromkeys(["gemma4-call-in-thought", "dsml-v4-call-in-thinking", "ling3-call-in-think"],
+                    "a call inside the open think block is reasoning: the family's template writes calls after "
+                    "the closed block (issue 15); vLLM ends reasoning at the tool marker and executes it"),
 }
 
 

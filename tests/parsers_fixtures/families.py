@@ -287,6 +287,17 @@ def _samples(spec, rt) -> list:
     ("k2-horizon-two", spec("k2_horizon"),
      "<ifm|tool_calls><ifm|tool_call>noop</ifm|tool_call><ifm|tool_call>get_weather<ifm|arg_key>city</ifm|arg_key>"
      "<ifm|arg_value>Lima</ifm|arg_value></ifm|tool_call></ifm|tool_calls>"),
+    # A call written inside an open think block (SUPPORTED.md: per family, from its template):
+    # Gemma 4, DeepSeek V4 and Ling 3 write calls after the closed block, so it is reasoning;
+    # PLaMo 3's tool-requests block ends its reasoning.
+    ("gemma4-call-in-thought", spec("gemma4", "gemma4"),
+     '<|channel>thought\nMaybe <|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|> no.<channel|>Answer.'),
+    ("dsml-v4-call-in-thinking", spec("deepseek_v4", "deepseek_v4", thinking=True),
+     "Maybe:\n" + dsml("tool_calls", dsml_invoke("get_weather", *PARIS)) + "no.</think>Answer."),
+    ("ling3-call-in-think", spec("ling3", "ling3"),
+     "<think>maybe <tool_call>noop</tool_call> no</think>Answer."),
+    ("plamo3-call-in-thinking", spec("plamo3", "plamo3", thinking=True),
+     "Think." + PLAMO("begin_tool_requests") + plamo_call("noop", "{}") + PLAMO("end_tool_requests")),
     ]
 
 FAMILY_EXPECTED = {
@@ -381,4 +392,12 @@ FAMILY_EXPECTED = {
     'ling3-text': ('Think.', 'Answer only.', []),
     'gigachat3-message-sep': (None, 'Sure.', [('noop', '{}')]),
     'inkling-named-header': (None, 'get_weatherraw call text', [('get_weather', '{"city": "Oslo"}')]),
+    'gemma4-call-in-thought': ('Maybe <|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|> no.',
+                               'Answer.', []),
+    'dsml-v4-call-in-thinking': ('Maybe:\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n'
+                                 '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n'
+                                 '<｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>\n'
+                                 '</｜DSML｜invoke>\n</｜DSML｜tool_calls>no.', 'Answer.', []),
+    'ling3-call-in-think': ('maybe <tool_call>noop</tool_call> no', 'Answer.', []),
+    'plamo3-call-in-thinking': ('Think.', None, [('noop', '{}')]),
 }
