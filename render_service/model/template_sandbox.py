@@ -131,7 +131,10 @@ class _Worker:
 
     def kill(self) -> None:
         self.process.kill()
-        self.process.wait(5)
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:  # reaped later by the interpreter; its pipes close below
+            pass
         self.requests.close()
         self.replies.close()
 
@@ -155,7 +158,8 @@ class TemplateSandbox:
 
         Raises:
             TemplateRefused: the template failed, broke a limit, or ran out of time.
-            OpenAIError: 499 when the client left while it ran.
+            OpenAIError: 499 when the client left while it ran; 503 when no worker came free
+                within twice the render budget.
         """
         worker = self._acquire()
         gone = CLIENT_GONE.get()
@@ -191,24 +195,48 @@ class TemplateSandbox:
         return _request_template(self, source)
 
     def close(self) -> None:
-        """Stop the idle workers."""
+        """Stop the idle workers (busy ones finish their render; the pool starts new ones on demand)."""
         while True:
             try:
-                self._idle.get_nowait().kill()
+                worker = self._idle.get_nowait()
             except queue.Empty:
                 return
+            with self._lock:
+                self._started -= 1
+            worker.kill()
 
     def _acquire(self) -> _Worker:
+        """An idle worker, a new one while fewer than ``limits.workers`` exist, else wait.
+
+        The wait is bounded by the render budget: a pool that stays busy that long answers
+        503 instead of holding the request (and its thread) forever.
+        """
         with self._lock:
-            if self._idle.empty() and self._started < self.limits.workers:
+            start = self._idle.empty() and self._started < self.limits.workers
+            if start:
                 self._started += 1
+        if start:
+            try:
                 return _Worker(self.limits)
-        return self._idle.get()
+            except BaseException:
+                with self._lock:
+                    self._started -= 1
+                raise
+        try:
+            return self._idle.get(timeout=self.limits.timeout_s * 2)
+        except queue.Empty:
+            raise OpenAIError(503, "Every chat-template worker is busy; retry shortly.") from None
 
     def _replace(self, worker: _Worker) -> None:
         worker.kill()
         self.killed += 1
-        self._idle.put(_Worker(self.limits))
+        try:
+            fresh = _Worker(self.limits)
+        except OSError:  # no process to be had now: free the slot, the next request starts one
+            with self._lock:
+                self._started -= 1
+            return
+        self._idle.put(fresh)
 
 
 class RequestTemplate:
