@@ -61,6 +61,10 @@ class ToolFormat:
       :class:`parsers.jsoncalls.JsonCall`.
     * ``drop``: framing markers of content blocks (Cohere ``<|START_RESPONSE|>``, Kimi K3
       ``<|open|>response<|sep|>``); they are removed from content, never shown.
+    * ``label_begin``/``label_end``: a drop marker after which text up to one of the
+      ``label_end`` markers is the block's label, metadata never shown (Inkling's function
+      name between ``<|message_model|>`` and the block-kind marker). Held until the end
+      marker comes; with none before the end of output, it is content.
     * ``quote``: string delimiter of a key:value call body (Gemma 4 ``<|"|>``,
       FunctionGemma ``<escape>``; see :mod:`parsers.gemmacalls`).
     """
@@ -83,6 +87,8 @@ class ToolFormat:
     name_keys: tuple[str, ...] = ()
     arg_keys: tuple[str, ...] = ()
     drop: tuple[str, ...] = ()
+    label_begin: tuple[str, ...] = ()
+    label_end: tuple[str, ...] = ()
     quote: str = ""
     detect: tuple[tuple[str, ...], ...] = ()  # template needles for ``auto`` (parsers.detect)
     families: str = ""           # human-readable model families (for SUPPORTED.md)
@@ -337,6 +343,10 @@ FORMATS.update({f.name: f for f in (
                drop=("<|message_model|>", "<|content_text|>", "<|end_message|>",
                      "<|content_model_end_sampling|>", "<|content_invoke_tool_text|>",
                      "<|content_tool_error|>"),
+               label_begin=("<|message_model|>",),
+               label_end=("<|content_text|>", "<|content_thinking|>", "<|content_invoke_tool_json|>",
+                          "<|content_invoke_tool_text|>", "<|content_tool_error|>", "<|end_message|>",
+                          "<|content_model_end_sampling|>", "<|message_model|>"),
                families="Inkling (typed content blocks)"),
     ToolFormat("cohere_command4", "list", call_begin=("<|START_ACTION|>",), call_end=("<|END_ACTION|>",),
                name_keys=("tool_name",), arg_keys=("parameters",), drop=_COHERE_BLOCKS,

@@ -204,7 +204,9 @@ FORMATS.update({f.name: f for f in (
     ReasoningFormat("step3", off_kwargs=(), families="Step-3 (end tag only)"),
     ReasoningFormat("step3p5", off_kwargs=(), trim_trailing=True,
                     families="Step-3.5 / 3.7 (template always opens <think>)"),
-    ReasoningFormat("inkling", start=("<|content_thinking|>",), end=("<|end_message|>",),
+    # the message marker before a thinking block goes with it (no label between them)
+    ReasoningFormat("inkling", start=("<|message_model|><|content_thinking|>", "<|content_thinking|>"),
+                    end=("<|end_message|>",),
                     default_on=False, families="Inkling (thinking block)"),
 )})
 

@@ -182,6 +182,8 @@ class ToolStage:
         if m is None:
             self._stop = pos + i
             return None
+        if m in self.fmt.label_begin:
+            return self._label(buf, pos + i, m, final)
         if m in self.fmt.drop and m not in self.fmt.text_markers:
             return pos + i + len(m)  # content-block framing: never shown
         self.fresh = False
@@ -192,6 +194,22 @@ class ToolStage:
             self.outer = TEXT
             self._move(CALL_BEGIN, m)
         return pos + i + len(m)
+
+    def _label(self, buf: str, at: int, m: str, final: bool) -> int | None:
+        """``buf[at:]`` starts with a label marker: skip the label (a name: no blanks) up
+        to its end marker (left for the next step), hold it while that may still come,
+        else it is content."""
+        start = at + len(m)
+        i, end = find_marker(buf[start:], self.fmt.label_end, final)
+        named = not any(c in _WS for c in buf[start:start + i])
+        if end is not None and named:
+            return start + i
+        if end is None and named and not final and i < _MAX_HEADER:
+            self._stop = at
+            return None
+        self.fresh = False
+        self._content(buf[start:start + i])
+        return start + i
 
     def _start_kind(self, buf: str, j: int, final: bool) -> str | None:
         c = buf[j]

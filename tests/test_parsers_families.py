@@ -128,8 +128,6 @@ DIFFERENT = {
     "functiongemma": "vLLM's FunctionGemma regex drops non-<escape> values (days:2); here they are kept",
     "hy-v4-reasoning": "vLLM's hy_v4 names the call 'noop<tool_sep>' with unsuffixed tokens",
     "muse-glimmer": "text outside a channel is kept as content; vLLM drops it",
-    "inkling-named-header": "the function name vLLM reads as metadata between <|message_model|> and the block "
-                            "marker stays content here",
     "gemma4-text-after": "text after a call is content (as for every family here); vLLM's gemma4 drops it",
     "step3p5-text-after": "text after a call is content (as for qwen3_coder here); vLLM's Qwen3 engine drops it",
     "gigachat3-role-sep": "vLLM returns the call and also leaves its raw text as content",

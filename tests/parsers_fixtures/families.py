@@ -242,6 +242,9 @@ def _samples(spec, rt) -> list:
     ("inkling-named-header", spec("inkling"),
      '<|message_model|>get_weather<|content_invoke_tool_json|>{"name": "get_weather", "args": {"city": "Oslo"}}'
      "<|end_message|><|message_model|><|content_invoke_tool_text|>raw call text<|end_message|>"),
+    # a label is a name: text with blanks after <|message_model|> stays content
+    ("inkling-label-not-a-name", spec("inkling", "inkling"),
+     "<|message_model|><|content_thinking|>hm<|end_message|>Hi <|message_model|>not a name<|content_text|>there"),
     ("hf-unknown-in-list", rt(reasoning=None, template=RT_PYTHONIC),
      "<|tool_call_start|>[rm_rf(), noop()]<|tool_call_end|>"),
     ("olmo3-unknown-in-list", spec("olmo3"), "<function_calls>rm_rf()\nnoop()</function_calls>"),
@@ -391,7 +394,8 @@ FAMILY_EXPECTED = {
     'step3p5-text-after': (None, '\nDone.', [('noop', '{}')]),
     'ling3-text': ('Think.', 'Answer only.', []),
     'gigachat3-message-sep': (None, 'Sure.', [('noop', '{}')]),
-    'inkling-named-header': (None, 'get_weatherraw call text', [('get_weather', '{"city": "Oslo"}')]),
+    'inkling-named-header': (None, 'raw call text', [('get_weather', '{"city": "Oslo"}')]),
+    'inkling-label-not-a-name': ('hm', 'Hi not a namethere', []),
     'gemma4-call-in-thought': ('Maybe <|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|> no.',
                                'Answer.', []),
     'dsml-v4-call-in-thinking': ('Maybe:\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n'
