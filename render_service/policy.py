@@ -11,6 +11,11 @@ from typing import Any
 
 from .config import ServeConfig
 from .errors import bad_request
+from .wire.validate import check_types
+
+# vLLM 0.33's types for a chat tool's optional fields (ChatCompletionToolsParam, FunctionDefinition).
+_TOOL_TYPES = {"defer_loading": bool}
+_TOOL_FUNCTION_TYPES = {"description": str, "strict": bool}
 
 # Keys the template takes as its own arguments; a request cannot set them through kwargs.
 _RESERVED_TEMPLATE_KWARGS = ("messages", "tools", "documents", "add_generation_prompt", "continue_final_message")
@@ -58,6 +63,8 @@ def check_tools(tools: list | None) -> None:
             raise ValueError(f"tools[{i}].function.name must be a non-empty string")
         if function.get("parameters") is not None and not isinstance(function["parameters"], dict):
             raise ValueError(f"tools[{i}].function.parameters must be a JSON Schema object")
+        check_types(tool, _TOOL_TYPES, f"tools[{i}]")
+        check_types(function, _TOOL_FUNCTION_TYPES, f"tools[{i}].function")
 
 
 def check_tool_choice(tool_choice: str | dict | None, tools: list | None, *, requires_tools: bool = True) -> None:

@@ -246,41 +246,79 @@ def _top_level_cases() -> list:
     return cases
 
 
-def refuses(body: dict, name: str = "ChatCompletionRequest") -> bool:
+def refuses(body: dict, name: str) -> bool:
     """Whether vLLM's schema ``name`` refuses ``body``."""
     import jsonschema
 
     return not jsonschema.Draft202012Validator(_schema(name)).is_valid(body)
 
 
-def _message_cases() -> list:
-    """Chat messages whose typed fields (from the schema's message definitions) are wrong."""
+USER = {"role": "user", "content": "hi"}
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+# Objects inside a body: (schema, the fields of a valid body that hold one, where it sits,
+# the schema definition that types it). Each typed scalar field of the definition gets a
+# wrong value; cases the schema still accepts (another union branch takes them) are dropped.
+NESTED = [
+    ("ChatCompletionRequest", {"messages": [USER]}, ("messages", 0), "ChatCompletionUserMessageParam"),
+    ("ChatCompletionRequest", {"messages": [{"role": "system", "content": "hi"}]}, ("messages", 0),
+     "ChatCompletionSystemMessageParam"),
+    ("ChatCompletionRequest", {"messages": [{"role": "developer", "content": "hi"}]}, ("messages", 0),
+     "ChatCompletionDeveloperMessageParam"),
+    ("ChatCompletionRequest", {"messages": [USER, {"role": "assistant", "content": "hi"}]}, ("messages", 1),
+     "ChatCompletionAssistantMessageParam"),
+    ("ChatCompletionRequest", {"messages": [USER, {"role": "tool", "content": "hi", "tool_call_id": "c1"}]},
+     ("messages", 1), "ChatCompletionToolMessageParam"),
+    ("ChatCompletionRequest", {"messages": [USER, {"role": "assistant", "content": None, "tool_calls": [CALL]}]},
+     ("messages", 1, "tool_calls", 0, "function"), "Function"),
+    ("ChatCompletionRequest", {"messages": [USER], "tools": [{"type": "function", "function": {"name": "f"}}]},
+     ("tools", 0), "ChatCompletionToolsParam"),
+    ("ChatCompletionRequest", {"messages": [USER], "tools": [{"type": "function", "function": {"name": "f"}}]},
+     ("tools", 0, "function"), "vllm__entrypoints__generate__base__protocol__FunctionDefinition"),
+    ("ChatCompletionRequest", {"messages": [USER], "response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, ("response_format", "json_schema"),
+     "JsonSchemaResponseFormat"),
+    ("ResponsesRequest", {"input": [{"type": "message", "role": "user", "content": "hi"}]}, ("input", 0),
+     "EasyInputMessageParam"),
+    ("ResponsesRequest", {"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}]},
+     ("input", 0), "ResponseFunctionToolCallParam"),
+    ("ResponsesRequest", {"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]},
+     ("input", 0), "FunctionCallOutput"),
+    ("ResponsesRequest", {"input": "hi", "tools": [{"type": "function", "name": "f", "parameters": {}}]},
+     ("tools", 0), "FunctionTool"),
+    ("AnthropicMessagesRequest", {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]},
+     ("messages", 0, "content", 0), "AnthropicContentBlock"),
+    ("AnthropicMessagesRequest", {"messages": [USER], "tools": [{"name": "f", "input_schema": {"type": "object"}}]},
+     ("tools", 0), "AnthropicTool"),
+    ("AnthropicMessagesRequest", {"messages": [USER], "tool_choice": {"type": "auto"}}, ("tool_choice",),
+     "AnthropicToolChoice"),
+    ("AnthropicMessagesRequest", {"messages": [USER], "max_tokens": 2048,
+                                  "thinking": {"type": "enabled", "budget_tokens": 1024}}, ("thinking",),
+     "AnthropicThinkingConfigEnabled"),
+]
+MODEL = "model-name"  # replaced by the served name in the test
+
+
+def _nested_cases() -> list:
     if not SCHEMAS.is_dir():
         return []
-    schema = _schema("ChatCompletionRequest")
-    defs = schema["$defs"]
+    import copy
+
     cases = []
-    for role, name in [("user", "ChatCompletionUserMessageParam"), ("system", "ChatCompletionSystemMessageParam"),
-                       ("assistant", "ChatCompletionAssistantMessageParam"), ("tool", "ChatCompletionToolMessageParam"),
-                       ("developer", "ChatCompletionDeveloperMessageParam")]:
-        base = {"role": role, "content": "hi", **({"tool_call_id": "c1"} if role == "tool" else {})}
-        for field, node in defs[name]["properties"].items():
-            if field in ("role", "content"):
-                continue
+    for name, fields, where, definition in NESTED:
+        schema = _schema(name)
+        base = {**base_body(SCHEMA_ROUTES[name], MODEL), **fields}
+        for field, node in schema["$defs"][definition]["properties"].items():
             for value in wrong_values(node, schema):
-                change = {"messages": [{**base, field: value}]}
-                if not refuses({"messages": [], **change}):
-                    continue  # another message type (the custom-role one) takes it: vLLM accepts
-                cases.append(pytest.param("ChatCompletionRequest", change, id=f"messages[{role}].{field}={value!r}"))
-    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-    for field, node in defs["Function"]["properties"].items():
-        for value in wrong_values(node, schema):
-            if isinstance(value, dict) and field == "arguments":
-                continue  # an object is our documented extension (render.messages)
-            bad = {**call, "function": {**call["function"], field: value}}
-            cases.append(pytest.param("ChatCompletionRequest", {"messages": [
-                {"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [bad]}]},
-                id=f"tool_calls.function.{field}={value!r}"))
+                if field == "arguments" and isinstance(value, dict):
+                    continue  # an object is our documented extension (render.messages)
+                body = copy.deepcopy(base)
+                target = body
+                for step in where:
+                    target = target[step]
+                target[field] = value
+                if refuses(body, name):
+                    path = ".".join(map(str, where))
+                    cases.append(pytest.param(name, body, id=f"{name}.{path}.{field}={value!r}"))
     return cases
 
 
@@ -297,7 +335,7 @@ NAMED_CASES = [  # the tester's examples, by name
 
 
 @needs_schemas
-@pytest.mark.parametrize("schema_name,change", NAMED_CASES + _top_level_cases() + _message_cases())
+@pytest.mark.parametrize("schema_name,change", NAMED_CASES + _top_level_cases() + _nested_cases())
 def test_bodies_vllm_schemas_refuse_are_400(url, model, schema_name, change):
     import jsonschema
 
@@ -306,6 +344,8 @@ def test_bodies_vllm_schemas_refuse_are_400(url, model, schema_name, change):
     base = base_body(route, model)
     assert validator.is_valid(base), "the base body must be valid for vLLM"
     body = {**base, **change}
+    if body.get("model") == MODEL:
+        body["model"] = model
     assert not validator.is_valid(body), "vLLM's schema accepts this body: not a case"
     r = post(url, route, body)
     assert r.status_code == 400, f"vLLM refuses, we answered {r.status_code}: {r.text[:300]}"
@@ -315,7 +355,7 @@ def test_bodies_vllm_schemas_refuse_are_400(url, model, schema_name, change):
 def test_the_schema_cases_cover_every_typed_scalar_field():
     """The generator above must keep finding fields (a schema change that hid them would
     otherwise leave the test above passing with nothing to check)."""
-    assert len(_top_level_cases()) > 150 and len(_message_cases()) >= 10
+    assert len(_top_level_cases()) > 150 and len(_nested_cases()) > 40
 
 
 # -- the driver's front doors go through the same models --------------------------------

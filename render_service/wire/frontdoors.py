@@ -18,6 +18,7 @@ from ..errors import OpenAIError
 from .generate import GenerateResponse
 from .limits import MAX_MESSAGES, LogitBias, PassThrough, StopStrings, bounded_list, check_stops
 from .openai import VllmTypedFields
+from .validate import check_types
 
 
 class _Lenient(BaseModel):
@@ -29,18 +30,31 @@ class _Lenient(BaseModel):
 _MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 _ITEM_REQUIRED = {"function_call": ("call_id", "name", "arguments"), "function_call_output": ("call_id", "output"),
                   "reasoning": ("summary",)}
+# vLLM 0.33's types of the item fields render does not read (ResponsesRequest.json).
+_STATUS = frozenset({"in_progress", "completed", "incomplete"})
+_ITEM_TYPES = {
+    "function_call": {"call_id": str, "name": str, "arguments": str, "id": str, "namespace": str, "async": bool,
+                      "status": _STATUS},
+    "function_call_output": {"call_id": str, "id": str, "name": str, "namespace": str, "status": _STATUS},
+    "message": {"phase": frozenset({"commentary", "final_answer"})},
+}
+# Tool types a Responses request may carry (render reads the function ones).
+_TOOL_KINDS = frozenset({
+    "function", "file_search", "computer", "computer_use_preview", "web_search", "web_search_2025_08_26", "mcp",
+    "code_interpreter", "programmatic_tool_calling", "image_generation", "local_shell", "shell", "custom",
+    "namespace", "tool_search", "web_search_preview", "web_search_preview_2025_03_11", "apply_patch"})
+_FUNCTION_TOOL_TYPES = {"name": str, "description": str, "strict": bool, "defer_loading": bool, "async": bool}
 
 
 def _check_item(i: int, item: Any) -> None:
     if not isinstance(item, dict):
         raise ValueError(f"input[{i}] must be an object")
     kind = item.get("type")
+    check_types(item, _ITEM_TYPES.get(kind or "message", {}), f"input[{i}]")
     if kind in _ITEM_REQUIRED:
         missing = [k for k in _ITEM_REQUIRED[kind] if item.get(k) is None]
         if missing:
             raise ValueError(f"input[{i}] ({kind}) needs {', '.join(missing)}")
-        if kind == "function_call" and not all(isinstance(item[k], str) for k in ("call_id", "name", "arguments")):
-            raise ValueError(f"input[{i}]: call_id, name and arguments (a JSON string) must be strings")
         if kind == "reasoning":
             for key in ("summary", "content"):
                 parts = item.get(key) or []
@@ -133,11 +147,12 @@ class ResponsesRequest(VllmTypedFields):
     @classmethod
     def _tools(cls, v: list[dict]) -> list[dict]:
         for i, tool in enumerate(v):
-            if not isinstance(tool.get("type"), str):
-                raise ValueError(f"tools[{i}] needs a type")
+            if tool.get("type") not in _TOOL_KINDS:
+                raise ValueError(f"tools[{i}].type must be one of {', '.join(sorted(_TOOL_KINDS))}")
             if tool["type"] == "function":
                 if not isinstance(tool.get("name"), str) or not tool["name"]:
                     raise ValueError(f"tools[{i}].name must be a non-empty string")
+                check_types(tool, _FUNCTION_TOOL_TYPES, f"tools[{i}]")
                 if tool.get("parameters") is not None and not isinstance(tool["parameters"], dict):
                     raise ValueError(f"tools[{i}].parameters must be a JSON Schema object")
         return v
@@ -187,6 +202,7 @@ class AnthropicBlock(_Lenient):
     thinking: str | None = None
     signature: str | None = None
     data: str | None = None
+    tool_name: str | None = None  # tool_reference blocks (vLLM types it; render ignores the block)
 
 
 class AnthropicMessage(_Lenient):
@@ -211,6 +227,7 @@ class AnthropicToolChoice(_Lenient):
 class AnthropicThinking(_Lenient):
     type: Literal["enabled", "disabled", "adaptive"]
     budget_tokens: int | None = None
+    display: Literal["summarized", "omitted", "updates"] | None = None
 
     @model_validator(mode="after")
     def _budget(self) -> "AnthropicThinking":

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validat
 
 from .. import policy
 from .limits import MAX_MESSAGES, LogitBias, PassThrough, StopStrings, bounded_list
+from .validate import check_types
 
 
 
@@ -124,6 +125,8 @@ class SamplingFields(VllmTypedFields):
                 raise ValueError("response_format.type must be text, json_object, json_schema or structural_tag")
             if fmt.get("type") == "json_schema" and not isinstance(fmt.get("json_schema"), dict):
                 raise ValueError("response_format json_schema needs a json_schema object")
+            if fmt.get("type") == "json_schema":
+                check_types(fmt["json_schema"], RESPONSE_FORMAT_SCHEMA_TYPES, "response_format.json_schema")
         stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
         if any(s == "" for s in stops):
             raise ValueError("stop strings must not be empty")
@@ -231,10 +234,13 @@ def stop_list(stop: str | list[str] | None) -> list[str]:
 
 
 # Message fields every vLLM 0.33 message type (ChatCompletion*MessageParam, and the custom-role
-# one that takes any role) types as strings; null stays allowed where clients send it for
-# "absent". Fields only some types declare (``refusal``) are free in the custom-role one.
-_MESSAGE_STRINGS = ("role", "name", "tool_call_id")
-_CALL_STRINGS = ("id", "type")
+# one that takes any role) types; null stays allowed where clients send it for "absent".
+# Fields only some types declare (``refusal``) are free in the custom-role one. Arguments
+# may also be an object: our documented extension (render.messages).
+_MESSAGE_TYPES = {"role": str, "name": str, "tool_call_id": str}
+_CALL_TYPES = {"id": str, "type": str}
+_FUNCTION_TYPES = {"name": str, "arguments": (str, dict)}
+RESPONSE_FORMAT_SCHEMA_TYPES = {"name": str, "description": str, "strict": bool}
 
 
 def check_message_fields(message: Any, where: str) -> None:
@@ -244,9 +250,7 @@ def check_message_fields(message: Any, where: str) -> None:
     string (or an object: our documented extension, `render.messages`)."""
     if not isinstance(message, dict):
         raise ValueError(f"{where} must be an object")
-    for key in _MESSAGE_STRINGS:
-        if message.get(key) is not None and not isinstance(message[key], str):
-            raise ValueError(f"{where}.{key} must be a string")
+    check_types(message, _MESSAGE_TYPES, where)
     calls = message.get("tool_calls")
     if calls is None:
         return
@@ -256,16 +260,10 @@ def check_message_fields(message: Any, where: str) -> None:
         at = f"{where}.tool_calls.{j}"
         if not isinstance(call, dict):
             raise ValueError(f"{at} must be an object")
-        for key in _CALL_STRINGS:
-            if call.get(key) is not None and not isinstance(call[key], str):
-                raise ValueError(f"{at}.{key} must be a string")
+        check_types(call, _CALL_TYPES, at)
         function = call.get("function")
         if function is None:
             continue
         if not isinstance(function, dict):
             raise ValueError(f"{at}.function must be an object")
-        if function.get("name") is not None and not isinstance(function["name"], str):
-            raise ValueError(f"{at}.function.name must be a string")
-        arguments = function.get("arguments")
-        if arguments is not None and not isinstance(arguments, (str, dict)):
-            raise ValueError(f"{at}.function.arguments must be a JSON string")
+        check_types(function, _FUNCTION_TYPES, f"{at}.function")

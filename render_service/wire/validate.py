@@ -34,6 +34,30 @@ def validate(model: type[M], data: Any) -> M:
         raise bad_request(f"{len(errors)} validation error(s): {summary}", param=param) from None
 
 
+def check_types(obj: dict, types: dict[str, Any], where: str) -> None:
+    """Raise ValueError for the first field of ``obj`` that is present, not null, and not of
+    its type in ``types``: a type or a tuple of types (a boolean is no ``int``), or a
+    frozenset of the strings allowed (an enum). For the plain-dict parts of a body (items,
+    messages, tools) that the models keep as data; the tables are vLLM 0.33's types, from
+    its JSON Schemas."""
+    for key, kind in types.items():
+        value = obj.get(key)
+        if value is None:
+            continue
+        if isinstance(kind, frozenset):
+            if not (isinstance(value, str) and value in kind):
+                raise ValueError(f"{where}.{key} must be one of {', '.join(sorted(kind))}")
+            continue
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            names = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
+            raise ValueError(f"{where}.{key} must be {names}")
+
+
+_TYPE_NAMES = {str: "a string", bool: "a boolean", int: "an integer", float: "a number", dict: "an object",
+               list: "a list"}
+
+
 def _message(model: type[pydantic.BaseModel], error: dict) -> str:
     """pydantic's message, except for integers too large to parse (pydantic says "Unable to
     parse input string as an integer"): those name the field's range instead."""
