@@ -64,10 +64,11 @@ def make_renderer(**overrides) -> MultimodalRenderer:
 
 
 def run(renderer: MultimodalRenderer, request: dict, token_ids: list[int]):
+    payload = request.get("mm_payload") or ("none" if request.get("return_mm_kwargs") is False else "tensors")
+
     async def go():
-        items = await renderer.load(media_parts(record.resolve(request)))
-        return renderer.expand(token_ids, items, request.get("mm_payload") or (
-            "none" if request.get("return_mm_kwargs") is False else "tensors"))
+        items = await renderer.load(media_parts(record.resolve(request)), payload)
+        return renderer.expand(token_ids, items, payload)
     return asyncio.run(go())
 
 
@@ -182,3 +183,50 @@ def test_grids_are_plausible_for_random_sizes():
             continue
         rh, rw = proc.resized_size(h, w)
         assert rh % 28 == 0 and rw % 28 == 0 and 3136 <= rh * rw <= 12845056
+
+
+def _no_full_decode(*args, **kwargs):
+    raise AssertionError("a request without pixels decoded and processed an item in full")
+
+
+@pytest.mark.parametrize("case", OK_CASES, ids=[c["name"] for c in OK_CASES])
+def test_none_payload_counts_without_pixels_as_vllm(case, monkeypatch):
+    """Every recorded request, sent with ``mm_payload: "none"``: vLLM's token_ids, placeholders and
+    hashes, while no image is decoded in full, resized or patched (the header-only path)."""
+    require_media(case)
+    from render_service.multimodal import pipeline
+
+    monkeypatch.setattr(pipeline, "decode_rgb", _no_full_decode)
+    renderer = make_renderer()
+    monkeypatch.setattr(renderer.processor.__class__, "process_image", _no_full_decode)
+    monkeypatch.setattr(renderer.processor.__class__, "process_video", _no_full_decode)
+    vllm = case["answer"]
+    request = {**case["request"], "mm_payload": "none"}
+    ids, features = run(renderer, request, collapse(vllm["token_ids"]))
+    assert ids == vllm["token_ids"]
+    assert features["mm_hashes"] == vllm["features"]["mm_hashes"]
+    assert features["mm_placeholders"] == vllm["features"]["mm_placeholders"]
+    assert features["kwargs_data"] is None and features["mm_metadata"] is None
+
+
+def test_a_count_only_entry_is_processed_again_for_tensors():
+    """``none`` then ``tensors`` with the same image: the second answer has vLLM's tensors."""
+    renderer = make_renderer()
+    case = next(c for c in OK_CASES if c["name"] == "single_jpeg_640x480")
+    vllm = case["answer"]
+    _, none = run(renderer, {**case["request"], "mm_payload": "none"}, collapse(vllm["token_ids"]))
+    assert none["kwargs_data"] is None and len(renderer.cache) == 1
+    ids, features = run(renderer, case["request"], collapse(vllm["token_ids"]))
+    assert ids == vllm["token_ids"] and features["mm_hashes"] == none["mm_hashes"]
+    assert_payload_equal(features, vllm["features"])
+    _, again = run(renderer, {**case["request"], "mm_payload": "none"}, collapse(vllm["token_ids"]))
+    assert again == none   # the full entry answers a later count-only request
+
+
+def test_none_payload_refuses_the_bad_media_vllm_refuses():
+    renderer = make_renderer()
+    for name in ("undecodable", "truncated_png", "single_too_wide_2100x10"):
+        case = next(c for c in ANSWERS["cases"] if c["name"] == name)
+        with pytest.raises(OpenAIError) as err:
+            run(renderer, {**case["request"], "mm_payload": "none"}, [IMAGE_PAD])
+        assert err.value.status == case["status"] == 400, name

@@ -18,7 +18,7 @@ import pytest
 
 from render_service.errors import OpenAIError
 from render_service.multimodal.cache import CachedItem, ProcessorCache
-from render_service.multimodal.decode import decode_rgb, read_header
+from render_service.multimodal.decode import decode_rgb, decoded_size, read_header
 from render_service.multimodal.hashing import image_hash
 from render_service.multimodal.items import Field, ProcessedItem
 from render_service.multimodal.media import MediaLimits, load_media
@@ -230,3 +230,39 @@ def test_compiled_and_numpy_patchify_agree(processor):
         frames = rng.integers(0, 256, shape, dtype=np.uint8)
         (a, ga), (b, gb) = processor._patchify(frames), processor._patchify(frames, compiled=False)
         assert ga == gb and (a == b).all()
+
+
+BROKEN = json.loads((FIXTURES / "broken_answers.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def broken_variants() -> dict:
+    import broken
+
+    return broken.variants()
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_images_as_vllms_loader(name, broken_variants):
+    """Truncated or overwritten images with valid headers: both decoders (full, and the header +
+    1/8-scale check of requests without pixels) refuse exactly what vLLM 0.33's ImageMediaIO
+    refuses, and give its size (and, in full, its pixels) for what it loads."""
+    data, vllm = broken_variants[name], BROKEN[name]
+    if hashlib.sha256(data).hexdigest() != vllm["sha256"]:
+        pytest.skip(f"{name}: this Pillow encodes the test image differently from the recording")
+    if not vllm["ok"]:
+        for decode in (decode_rgb, decoded_size):
+            with pytest.raises(OpenAIError) as err:
+                decode(data)
+            assert err.value.status == 400 and "Failed to load image" in err.value.message
+        return
+    assert decoded_size(data) == (vllm["height"], vllm["width"])
+    rgb = decode_rgb(data)
+    assert rgb.shape == (vllm["height"], vllm["width"], 3)
+    assert hashlib.sha256(rgb.tobytes()).hexdigest() == vllm["rgb_sha256"]
+
+
+@pytest.mark.parametrize("case", SINGLE, ids=[c["name"] for c in SINGLE])
+def test_decoded_size_is_the_decoded_arrays(case):
+    data = image_bytes(case["name"].removeprefix("single_"))
+    assert decoded_size(data) == decode_rgb(data).shape[:2]

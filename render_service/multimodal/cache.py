@@ -15,12 +15,18 @@ from .items import ProcessedItem
 from .serde import encode_item
 
 
+# What a count-only entry is charged: its key and objects, so the byte bound also bounds their number
+COUNT_ONLY_BYTES = 256
+
+
 @dataclass
 class CachedItem:
     """A processed item, then (once a request asks for tensors) its wire encodings instead.
 
     Encoding drops the tensors: the base64 is what every later answer sends, so keeping both
     would hold each image twice (a 720p image: 5.6 MB of pixels, 7.5 MB of base64).
+    An entry made for a request that sends no pixels (``mm_payload: "none"``) holds only
+    ``num_tokens`` (`has_payload` false); a request that wants tensors processes the item again.
     """
 
     item: ProcessedItem | None
@@ -33,8 +39,20 @@ class CachedItem:
         if self.item is not None:
             self.num_tokens = self.item.num_tokens
 
+    @classmethod
+    def count_only(cls, num_tokens: int) -> "CachedItem":
+        """An entry that answers placeholders and hashes, not tensors."""
+        return cls(None, num_tokens=num_tokens)
+
+    @property
+    def has_payload(self) -> bool:
+        """True when the entry can give ``kwargs_data`` (tensors held, or already encoded)."""
+        return self.item is not None or self.encoded
+
     @property
     def nbytes(self) -> int:
+        if not self.has_payload:
+            return COUNT_ONLY_BYTES
         return (self.item.nbytes if self.item is not None else 0) + len(self.kwargs_b64 or "") + len(self.metadata_b64 or "")
 
 

@@ -70,6 +70,40 @@ def read_header(data: bytes, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, param: 
     return ImageHeader(image.size[0], image.size[1], io_config)
 
 
+# EXIF orientations that ImageOps.exif_transpose turns a quarter (width and height swap)
+_QUARTER_TURNS = (5, 6, 7, 8)
+
+
+def decoded_size(data: bytes, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, param: str | None = None) -> tuple[int, int]:
+    """``(height, width)`` of the array `decode_rgb` would return, proving the image decodes, without its pixels.
+
+    The answer of a request that sends no pixels (``mm_payload: "none"``) depends on the image
+    only through this size, so nothing is transposed, converted or kept. vLLM 0.33 still decodes
+    every image and refuses one whose data is broken (``image.load()`` raising), so this decodes
+    too, with the same calls in the same order (a load inside the EXIF step whose error is
+    swallowed, then a load whose error is a 400) — but a JPEG at 1/8 scale (`Image.draft`):
+    libjpeg still entropy-decodes every byte, so truncated or broken data fails as at full
+    size, and skips most of the inverse DCT and colour conversion. Other formats decode fully.
+
+    Raises:
+        OpenAIError: 400 for what `decode_rgb` refuses: unknown or disallowed format, too many
+        pixels, undecodable or truncated data.
+    """
+    image = _open(data, max_pixels, param)
+    width, height = image.size
+    try:
+        if image.format == "JPEG":
+            image.draft(image.mode, (1, 1))   # the smallest scale libjpeg offers (1/8)
+        with contextlib.suppress(Exception):   # vLLM's normalize_image: exif_transpose loads, then turns
+            image.load()
+            if image.getexif().get(_ORIENTATION, 1) in _QUARTER_TURNS:
+                width, height = height, width
+        image.load()
+    except Exception as exc:
+        raise bad_request(f"Failed to load image: {_reason(exc)}", param) from None
+    return height, width
+
+
 def decode_rgb(data: bytes, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, param: str | None = None) -> np.ndarray:
     """Decode to an RGB uint8 ``[H, W, 3]`` array, EXIF orientation applied, transparency on white.
 
@@ -78,7 +112,8 @@ def decode_rgb(data: bytes, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, param: s
     """
     image = _open(data, max_pixels, param)
     try:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):   # vLLM's normalize_image: exif_transpose loads, then turns
+            image.load()   # a failed first load is swallowed; the second may pass (vLLM decodes what it got)
             if image.getexif().get(_ORIENTATION, 1) != 1:   # exif_transpose would only copy otherwise
                 image = ImageOps.exif_transpose(image)
         image.load()

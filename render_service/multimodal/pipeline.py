@@ -6,7 +6,10 @@ The flow for one request (all front doors share it):
    per-prompt limits, fetched concurrently (``data:``, ``file://``, bounded http(s); awaiting a
    slow URL blocks nothing else), then hashed and processed on the CPU pool (Pillow and NumPy
    release the GIL). The processor cache, keyed by hash, skips decoding and resizing for an
-   image seen before and answers ``uuid``-only parts.
+   image seen before and answers ``uuid``-only parts. A request that sends no pixels
+   (``mm_payload: "none"``) gets what its answer depends on only: the hash (over the file
+   bytes) and the placeholder count (from the decoded size; the decode is checked at 1/8
+   scale for JPEG, no resize, no patches).
 2. `MultimodalRenderer.expand` — each placeholder token the chat template wrote (one
    ``<|image_pad|>`` per image) becomes the item's ``num_tokens`` copies, and ``features`` is
    built as vLLM 0.33's render sends it: ``{mm_hashes, mm_placeholders, kwargs_data,
@@ -23,7 +26,7 @@ import httpx
 
 from ..errors import bad_request
 from .cache import CachedItem, ProcessorCache
-from .decode import DEFAULT_MAX_IMAGE_PIXELS, decode_jpeg_sequence, decode_rgb, read_header
+from .decode import DEFAULT_MAX_IMAGE_PIXELS, decode_jpeg_sequence, decode_rgb, decoded_size, read_header
 from .hashing import image_hash, video_hash
 from .media import JPEG_SEQUENCE, MediaBytes, MediaLimits, load_file_url, load_media
 from .video import decode_container, sample_for_processor
@@ -133,8 +136,11 @@ class MultimodalRenderer:
             if n > limit:
                 raise bad_request(f"At most {limit} {modality}(s) may be provided in one prompt; got {n}.", "messages")
 
-    async def load(self, parts: list[MediaPart]) -> list[LoadedItem]:
+    async def load(self, parts: list[MediaPart], mm_payload: str = "tensors") -> list[LoadedItem]:
         """Fetch, hash and process every part (concurrently); items in prompt order.
+
+        With ``mm_payload`` ``"none"`` no tensors are made: items carry hashes and placeholder
+        counts only (an item already in the cache is used as it is).
 
         Raises:
             OpenAIError: 400 for any bad part (limits, loading, decoding, aspect ratio,
@@ -148,7 +154,7 @@ class MultimodalRenderer:
             i = index[part.modality] = index.get(part.modality, -1) + 1
             key = (part.modality, part.url, part.uuid)
             if key not in tasks:   # the same media twice in one request is loaded and processed once
-                tasks[key] = asyncio.ensure_future(self._load_one(part, i))
+                tasks[key] = asyncio.ensure_future(self._load_one(part, i, mm_payload == "tensors"))
             ordered.append(tasks[key])
         try:
             return list(await asyncio.gather(*ordered))
@@ -157,35 +163,39 @@ class MultimodalRenderer:
                 task.cancel()
             raise
 
-    async def _load_one(self, part: MediaPart, index: int) -> LoadedItem:
+    async def _load_one(self, part: MediaPart, index: int, tensors: bool) -> LoadedItem:
         if part.url is None:
             if part.uuid is None:
                 raise bad_request(f"A {part.modality} part needs a URL or a uuid.", part.param)
             entry = self.cache.get(part.uuid)
-            if entry is None:
+            if entry is None or (tensors and not entry.has_payload):
                 raise bad_request(f"Cache miss for {part.modality} at index {index} but data is not provided.", part.param)
             return LoadedItem(part.modality, part.uuid, entry)
         if part.url.startswith("file:"):   # a local read: off the loop too
             media = await self.run_cpu(load_file_url, part.url, self.config.limits, part.param)
         else:
             media = await load_media(part.url, self.config.limits, self._http(), part.param)
-        return await self.run_cpu(self._process, part, media)
+        return await self.run_cpu(self._process, part, media, tensors)
 
-    def _process(self, part: MediaPart, media: MediaBytes) -> LoadedItem:
-        """Hash, then process on a cache miss (runs on the CPU pool)."""
+    def _process(self, part: MediaPart, media: MediaBytes, tensors: bool = True) -> LoadedItem:
+        """Hash, then process on a cache miss (runs on the CPU pool); without ``tensors``, count only."""
         if part.modality == "video":
-            return self._process_video(part, media)
+            return self._process_video(part, media, tensors)
         header = read_header(media.data, self.config.max_image_pixels, part.param)
         mm_hash = part.uuid if part.uuid is not None else image_hash(
             self.config.model_id, media.data, header.io_config, self.config.hash_algorithm)
         entry = self.cache.get(mm_hash)
-        if entry is None:
+        if entry is None and not tensors and hasattr(self.processor, "image_num_tokens"):
+            height, width = decoded_size(media.data, self.config.max_image_pixels, part.param)
+            entry = CachedItem.count_only(self.processor.image_num_tokens(height, width, part.param))
+            self.cache.put(mm_hash, entry)
+        elif entry is None or (tensors and not entry.has_payload):
             rgb = decode_rgb(media.data, self.config.max_image_pixels, part.param)
             entry = CachedItem(self.processor.process_image(rgb, part.param))
             self.cache.put(mm_hash, entry)
         return LoadedItem(part.modality, mm_hash, entry)
 
-    def _process_video(self, part: MediaPart, media: MediaBytes) -> LoadedItem:
+    def _process_video(self, part: MediaPart, media: MediaBytes, tensors: bool = True) -> LoadedItem:
         """A ``data:video/jpeg`` frame sequence (vLLM's decoder-free form) or a container (OpenCV)."""
         if not hasattr(self.processor, "process_video"):
             raise bad_request("This model does not accept video inputs.", part.param)
@@ -196,7 +206,12 @@ class MultimodalRenderer:
         mm_hash = part.uuid if part.uuid is not None else video_hash(
             self.config.model_id, media.data, frames, metadata, self.config.hash_algorithm)
         entry = self.cache.get(mm_hash)
-        if entry is None:
+        if entry is None and not tensors and hasattr(self.processor, "video_num_tokens"):
+            # the hash needs the decoded frames; the count needs only their number and size
+            used, _ = sample_for_processor(frames, metadata, self.processor.temporal_patch_size)
+            entry = CachedItem.count_only(self.processor.video_num_tokens(len(used), used.shape[1], used.shape[2], part.param))
+            self.cache.put(mm_hash, entry)
+        elif entry is None or (tensors and not entry.has_payload):
             used, sampled_fps = sample_for_processor(frames, metadata, self.processor.temporal_patch_size)
             entry = CachedItem(self.processor.process_video(used, sampled_fps, part.param))
             self.cache.put(mm_hash, entry)

@@ -75,4 +75,4 @@ async def load_media_input(renderer: MultimodalRenderer | None, parts: list[Medi
         part = parts[0]
         raise bad_request(f"content part type for {part.modality} is not supported: this model takes no media.",
                           f"{part.param}.type" if part.param else None)
-    return MediaInput(renderer, await renderer.load(parts), payload)
+    return MediaInput(renderer, await renderer.load(parts, payload), payload)

@@ -102,6 +102,22 @@ class Qwen2VLProcessor:
         except ValueError as exc:
             raise bad_request(str(exc), param) from None
 
+    def image_num_tokens(self, height: int, width: int, param: str | None = None) -> int:
+        """Placeholder tokens of a decoded ``height × width`` image: `process_image`'s count, without pixels.
+
+        Raises:
+            OpenAIError: 400 when the aspect ratio exceeds 200.
+        """
+        return self._num_tokens(1, *self.resized_size(height, width, param=param))
+
+    def video_num_tokens(self, num_frames: int, height: int, width: int, param: str | None = None) -> int:
+        """Placeholder tokens of ``num_frames`` sampled ``height × width`` frames: `process_video`'s count."""
+        return self._num_tokens(num_frames, *self.resized_size(height, width, video=True, param=param))
+
+    def _num_tokens(self, num_frames: int, height: int, width: int) -> int:
+        p, tp = self.patch_size, self.temporal_patch_size
+        return -(-num_frames // tp) * (height // p) * (width // p) // (self.merge_size ** 2)
+
     def _patchify(self, frames: np.ndarray, *, compiled: bool | None = None) -> tuple[np.ndarray, tuple[int, int, int]]:
         """``[T, H, W, C]`` uint8 frames → ``([ceil(T/2)·h·w, C·2·14·14], (t, h, w))`` in Qwen's patch order.
 
