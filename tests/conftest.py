@@ -57,3 +57,18 @@ def render_server(model: str | None = None, **config) -> Iterator[str]:
     app, _, _ = build_app(ServeConfig(model=model, **config))
     with serve_app(app) as url:
         yield url
+
+
+def vllm_differences():
+    """``tests/fixtures/vllm/differences.py``, the one list of deliberate differences from vLLM 0.33
+    (loaded once, by file: the fixtures folder is not a package)."""
+    import importlib.util
+    import sys
+
+    name = "vllm_fixture_differences"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "tests" / "fixtures" / "vllm" / "differences.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]

@@ -27,7 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-from conftest import MODELS, TEMPLATES, needs_shared
+from conftest import MODELS, TEMPLATES, needs_shared, vllm_differences
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -117,26 +117,9 @@ def test_streamed_finish_matches_calls(sid, spec, text):
 
 VLLM_ANSWERS = json.loads((NAMES_FILE.parent / "parser_answers.json").read_text())
 
-# Where our answer differs from vLLM 0.33's on purpose (each checked to still differ).
-DIFFERENT = {
-    "dsml-unknown": "a call to a function that is not one of the request's tools stays content; vLLM returns it",
-    "apertus": "blank text before the calls is kept as for hermes ('Calling. '); vLLM strips it",
-    "dots": "blank text before the calls is kept as for hermes ('Checking.\\n'); vLLM strips it for dots",
-    "muse-quoted-call": "an ATEM call quoted in the to=user answer is text, as vLLM's Muse docstring says; "
-                        "vLLM 0.33 still extracts it",
-    "apertus-not-calls": "a block that is not calls stays content (issue 15); vLLM drops it",
-    "functiongemma": "vLLM's FunctionGemma regex drops non-<escape> values (days:2); here they are kept",
-    "hy-v4-reasoning": "vLLM's hy_v4 names the call 'noop<tool_sep>' with unsuffixed tokens",
-    "muse-glimmer": "text outside a channel is kept as content; vLLM drops it",
-    "gemma4-text-after": "text after a call is content (as for every family here); vLLM's gemma4 drops it",
-    "step3p5-text-after": "text after a call is content (as for qwen3_coder here); vLLM's Qwen3 engine drops it",
-    "gigachat3-role-sep": "vLLM returns the call and also leaves its raw text as content",
-    "cohere4": "a call written without arguments gets '{}' (shared case 11); vLLM's Cohere parser sends ''",
-    "gemma4-cut": "a cut-off call keeps its partial text ('{\"city\": \"Par'), issue 15; vLLM closes it",
-    **dict.fromkeys(["gemma4-call-in-thought", "dsml-v4-call-in-thinking", "ling3-call-in-think"],
-                    "a call inside the open think block is reasoning: the family's template writes calls after "
-                    "the closed block (issue 15); vLLM ends reasoning at the tool marker and executes it"),
-}
+# Where our answer differs from vLLM 0.33's on purpose (each checked to still differ): the one list of
+# deliberate differences, tests/fixtures/vllm/differences.py (scope "parser"), mirrored in the README.
+DIFFERENT = vllm_differences().expected_differences("parser")
 
 
 def _args(text: str):
@@ -163,15 +146,9 @@ def test_same_message_as_vllm_033(spec, text, answer):
     assert ours == answer
 
 
-# Where a reasoning parser starts differs from vLLM 0.33 on purpose (checked to still differ).
-START_DIFFERENT = {
-    **dict.fromkeys(["qwen3", "glm45", "glm47", "kimi_k2", "seed_oss"],
-                    "the model writes its own opening tag, so text before it is content (case 27); "
-                    "vLLM starts in reasoning"),
-    **dict.fromkeys(["cohere_command3", "gemma4", "inkling"],
-                    "a stray end marker in content stays text; vLLM deletes it"),
-    "k2_horizon": "every effort's tags are accepted; vLLM only those of the requested reasoning_effort",
-}
+# Where a reasoning parser starts differs from vLLM 0.33 on purpose (checked to still differ): the same
+# list, scope "parser-start".
+START_DIFFERENT = vllm_differences().expected_differences("parser-start")
 
 
 def _start_cases():
