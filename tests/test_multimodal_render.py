@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import http.server
+import json
 import sys
 import threading
 import time
@@ -269,3 +270,20 @@ def test_pixels_are_equal_to_vllm_for_720p(server):
     want = case["answer"]["features"]["kwargs_data"]["image"][0]["fields"]["pixel_values"]
     assert (dtype, shape) == ("uint8", [4784, 1176])
     assert hashlib.sha256(raw).hexdigest() == want["sha256"]
+
+
+@pytest.mark.parametrize("name", ["jpeg_640x480/cut95", "exif_rot6_160x120/cut_last2", "progressive_320x200/ff256@50",
+                                  "png_224/cut80", "png_224/noise64@40"])
+@pytest.mark.parametrize("payload", ["none", "tensors"])
+def test_broken_image_with_a_valid_header(server, name, payload):
+    """A truncated or overwritten image is a 400 exactly when vLLM 0.33's loader refuses it,
+    on the count-only path (``mm_payload: "none"``) as on the full one."""
+    import broken
+
+    vllm = json.loads((FIXTURES / "broken_answers.json").read_text())[name]
+    data = broken.variants()[name]
+    mime = "image/png" if name.startswith("png") else "image/jpeg"
+    resp = post(server[0], {**image_body(test_media.data_url(data, mime)), "mm_payload": payload})
+    assert resp.status_code == (200 if vllm["ok"] else 400), resp.text
+    if not vllm["ok"]:
+        assert "Failed to load image" in resp.json()["error"]["message"]
