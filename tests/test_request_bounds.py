@@ -128,6 +128,17 @@ def test_deep_schemas_are_400_not_a_serialiser_error(url, model, route, body):
     assert "nested deeper" in error_of(r)["message"], r.text[:300]
 
 
+@pytest.mark.parametrize("body", [
+    {"chat_request": {"messages": [], "tools": [{"type": "function", "function": {"name": "f", "parameters": nested(600)}}]}},
+    {"chat_request": {"messages": [], "chat_template_kwargs": nested(600)}},
+    {"parse_context": {"tools": [{"type": "function", "function": {"name": "f", "parameters": nested(600)}}]}},
+], ids=["chat_request.tools", "chat_request.chat_template_kwargs", "parse_context.tools"])
+def test_derender_request_objects_nested_past_the_cap_are_400(url, body):
+    gen = {"choices": [{"index": 0, "token_ids": [28], "finish_reason": "stop"}]}
+    r = post(url, "/v1/chat/completions/derender", {"generate_response": gen, "prompt_token_ids": [1], **body})
+    assert r.status_code == 400 and "nested deeper" in error_of(r)["message"], r.text[:300]
+
+
 # -- item 4: work per request is bounded ------------------------------------------------
 
 def test_completions_batch_past_the_prompt_count_is_400(url):

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
 from .generate import Count, GenerateResponse, SamplingParams
+from .limits import PassThrough
 
 _LOOSE = ConfigDict(extra="ignore")
 
@@ -20,11 +21,11 @@ class ChatRequestFields(BaseModel):
     """The fields of an OpenAI ``ChatCompletionRequest`` that derender reads (§1.3)."""
 
     model_config = _LOOSE
-    tools: list[dict] | None = None
-    tool_choice: str | dict | None = None
+    tools: list[PassThrough] | None = None
+    tool_choice: str | PassThrough | None = None
     parallel_tool_calls: bool | None = True
     include_reasoning: bool = True
-    chat_template_kwargs: dict | None = None
+    chat_template_kwargs: PassThrough | None = None
     reasoning_effort: str | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
@@ -43,11 +44,11 @@ class ParseContext(BaseModel):
     """The slim parse context render emits in ``GenerateRequest.parse_context`` (§2.5)."""
 
     model_config = _LOOSE
-    tools: list[dict] | None = None
-    tool_choice: str | dict | None = None
+    tools: list[PassThrough] | None = None
+    tool_choice: str | PassThrough | None = None
     parallel_tool_calls: bool | None = True
     include_reasoning: bool = True
-    chat_template_kwargs: dict | None = None
+    chat_template_kwargs: PassThrough | None = None
     history_tool_call_cnt: int | None = None
     # An extension: render's judgement from the prompt text, so derender need not decode
     # prompt ids to find out whether generation starts inside reasoning.
