@@ -132,6 +132,9 @@ class OutputParser:
         kwargs = spec.chat_template_kwargs or {}
         rfmt = registry.reasoning_format(spec.reasoning) if spec.reasoning else None
         tfmt = registry.tool_format(spec.tool) if spec.tool else None
+        for kwarg, value, row in getattr(tfmt, "variants", ()):
+            if kwargs.get(kwarg) == value:
+                tfmt = row
         self.calls = Calls(spec.tools, tool_names(spec.tools))
         self.reasoning: ReasoningStage | None = None
         self.finished = False

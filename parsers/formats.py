@@ -65,6 +65,9 @@ class ToolFormat:
       ``label_end`` markers is the block's label, metadata never shown (Inkling's function
       name between ``<|message_model|>`` and the block-kind marker). Held until the end
       marker comes; with none before the end of output, it is content.
+    * ``variants``: ``(chat-template kwarg, value, row)`` triples; when the request's
+      effective kwargs set that value, the other row is used (K2 Horizon's
+      ``tool_call_format: json`` writes JSON envelopes in the same IFM framing).
     * ``quote``: string delimiter of a key:value call body (Gemma 4 ``<|"|>``,
       FunctionGemma ``<escape>``; see :mod:`parsers.gemmacalls`).
     """
@@ -90,6 +93,7 @@ class ToolFormat:
     label_begin: tuple[str, ...] = ()
     label_end: tuple[str, ...] = ()
     quote: str = ""
+    variants: tuple = ()         # ((kwarg, value, ToolFormat), …): the row a template kwarg selects
     detect: tuple[tuple[str, ...], ...] = ()  # template needles for ``auto`` (parsers.detect)
     families: str = ""           # human-readable model families (for SUPPORTED.md)
 
@@ -327,7 +331,12 @@ FORMATS.update({f.name: f for f in (
     ToolFormat("k2_horizon", "xml", call_begin=("<ifm|tool_call>",),
                section_begin=("<ifm|tool_calls>",), section_end=("</ifm|tool_calls>",),
                header_peek=("<ifm|arg_key>", "</ifm|tool_call>"),
-               xml=_arg_key_xml("ifm|", "</ifm|tool_call>"), families="K2 Horizon (IFM XML)"),
+               xml=_arg_key_xml("ifm|", "</ifm|tool_call>"),
+               variants=(("tool_call_format", "json", ToolFormat(
+                   "k2_horizon", "envelope", call_begin=("<ifm|tool_call>",), section_begin=("<ifm|tool_calls>",),
+                   section_end=("</ifm|tool_calls>",), call_end=("</ifm|tool_call>",),
+                   families="K2 Horizon (IFM, tool_call_format json)")),),
+               families="K2 Horizon (IFM XML; JSON envelopes with tool_call_format json)"),
     ToolFormat("mimo", "xml", call_begin=("<function=",), section_begin=("<tool_call>",),
                section_end=("</tool_call>",), call_begin_in_text=True, header_end=(">",),
                xml=XmlDialect(key_begin="<parameter=", key_end=">", value_end="</parameter>",

@@ -287,6 +287,11 @@ def _samples(spec, rt) -> list:
                                        "<param name=\"days\">3</param></function>"),
     ("mimo-two", spec("mimo"), "<tool_call>\n<function=noop>\n</function>\n</tool_call>\n<tool_call>\n"
                                "<function=search>\n<parameter=limit>\n2\n</parameter>\n</function>\n</tool_call>"),
+    ("k2-horizon-json", spec("k2_horizon", "k2_horizon", thinking=True, tool_call_format="json"),
+     '<ifm|think>plan</ifm|think><ifm|tool_calls><ifm|tool_call>{"name": "search", "arguments": {"query": "q", '
+     '"limit": 3}}</ifm|tool_call><ifm|tool_call>{"name": "noop", "arguments": {}}</ifm|tool_call></ifm|tool_calls>'),
+    ("k2-horizon-json-cut", spec("k2_horizon", tool_call_format="json"),
+     '<ifm|tool_calls><ifm|tool_call>{"name": "get_weather", "arguments": {"city": "Li'),
     ("k2-horizon-two", spec("k2_horizon"),
      "<ifm|tool_calls><ifm|tool_call>noop</ifm|tool_call><ifm|tool_call>get_weather<ifm|arg_key>city</ifm|arg_key>"
      "<ifm|arg_value>Lima</ifm|arg_value></ifm|tool_call></ifm|tool_calls>"),
@@ -383,6 +388,8 @@ FAMILY_EXPECTED = {
     'minicpm5-two': (None, None, [('noop', '{}'), ('get_weather', '{"days": 3}')]),
     'mimo-two': (None, None, [('noop', '{}'), ('search', '{"limit": 2}')]),
     'k2-horizon-two': (None, None, [('noop', '{}'), ('get_weather', '{"city": "Lima"}')]),
+    'k2-horizon-json': ('plan', None, [('search', '{"query": "q", "limit": 3}'), ('noop', '{}')]),
+    'k2-horizon-json-cut': (None, None, [('get_weather', '{"city": "Li')]),
     'muse-quoted-call': ('Maybe <atem:invoke name="noop"></atem:invoke>?', 'Write <atem:function_calls><atem:invoke name="noop"></atem:invoke></atem:function_calls>.', []),
     'muse-developer-dropped': (None, 'Hi.', []),
     'hy-v3-no-think': (None, 'r</think>c', []),
