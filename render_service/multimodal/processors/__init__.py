@@ -3,7 +3,9 @@
 A processor is built from the model directory and its ``config.json`` and offers:
 ``placeholder_tokens`` ({modality: token the chat template writes once per item}),
 ``process_image(rgb [H, W, 3] uint8, param) -> ProcessedItem`` and optionally
-``process_video(frames, fps, param)``. Adding a family (Llama 4, Gemma 3, InternVL) is a
+``process_video(frames, fps, param)``, and ``image_num_tokens(height, width, param)`` /
+``video_num_tokens(frames, height, width, param)`` (the placeholder count without pixels, for
+``mm_payload: "none"``; without them that path processes in full). Adding a family (Llama 4, Gemma 3, InternVL) is a
 module here plus a row in `FAMILIES`.
 """
 
