@@ -230,3 +230,19 @@ def test_none_payload_refuses_the_bad_media_vllm_refuses():
         with pytest.raises(OpenAIError) as err:
             run(renderer, {**case["request"], "mm_payload": "none"}, [IMAGE_PAD])
         assert err.value.status == case["status"] == 400, name
+
+
+def test_uuid_only_after_a_none_request():
+    """An image sent only with ``none`` is cached as a count: a uuid-only part gets its placeholders
+    with ``none`` and a cache-miss 400 with tensors (a difference from vLLM, in docs/multimodal.md)."""
+    by_name = {c["name"]: c for c in ANSWERS["cases"]}
+    renderer = make_renderer()
+    first = by_name["uuid_with_data"]
+    ids = collapse(first["answer"]["token_ids"])
+    run(renderer, {**first["request"], "mm_payload": "none"}, ids)
+    cached = by_name["uuid_only_cached"]
+    again, features = run(renderer, {**cached["request"], "mm_payload": "none"}, ids)
+    assert again == cached["answer"]["token_ids"] and features["mm_hashes"] == {"image": ["e-uuid-64"]}
+    with pytest.raises(OpenAIError) as err:
+        run(renderer, cached["request"], ids)
+    assert err.value.status == 400 and "Cache miss" in err.value.message
