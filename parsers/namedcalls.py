@@ -8,20 +8,26 @@
   (``None``/``null``, ``True``/``true``) (vLLM ``olmo3``; OLMo 3 chat template).
 
 As in the other call lists, a name missing from the request's tools is still a call, so the
-calls after it are kept; text that is not a list of calls is content.
+calls after it are kept; text that is not a list of calls is content. Cut off by the end of
+output, each list follows its own kind (issue 15): Apertus's JSON as the JSON lists (the whole
+calls, then the cut one with its partial arguments, not complete), OLMo 3's Python lines as the
+Python call lists (the whole calls, the cut line content).
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 
 from .calls import Calls
 from .collected import Collected
+from .events import Content
 from .pythonic import call_to_json
 from .scanner import find_marker
 
 _JSON_LITERALS = {"null": "None", "true": "True", "false": "False"}
+_KEYED_HEAD = re.compile(r'\{\s*"((?:[^"\\]|\\.)*)"\s*:\s*\{')
 
 
 def _write(calls: Calls, found: list[tuple[str, str]]) -> bool:
@@ -77,6 +83,8 @@ class KeyedList(Collected):
         return None, len(text)
 
     def _emit(self, body: str, calls: Calls, complete: bool) -> bool:
+        if not complete:
+            return self._emit_cut(body, calls)
         try:
             items = json.loads(body)
         except ValueError:
@@ -90,6 +98,57 @@ class KeyedList(Collected):
                 if isinstance(args, dict):
                     found.append((name, json.dumps(args, ensure_ascii=False)))
         return _write(calls, found)
+
+    @staticmethod
+    def _emit_cut(body: str, calls: Calls) -> bool:
+        """A list cut off: its whole ``{"NAME": {…}}`` items, then the cut item as a call
+        with its partial arguments (not complete) once its name and ``{`` were written."""
+        items, depth, inq, esc, start = [], 0, False, False, None
+        for i, c in enumerate(body):
+            if inq:
+                esc, inq = (False, True) if esc else (c == "\\", c != '"')
+            elif depth == 1 and c not in ' \t\r\n,{':
+                return False  # not a list of one-key objects: the block is content
+            elif c == '"':
+                inq = True
+            elif c in "[{":
+                depth += 1
+                if depth == 2 and c == "{":
+                    start = i
+            elif c in "]}":
+                depth -= 1
+                if depth == 1 and start is not None:
+                    items.append(body[start:i + 1])
+                    start = None
+        if not body.lstrip().startswith("["):
+            return False
+        found = []
+        for item in items:
+            try:
+                parsed = json.loads(item)
+            except ValueError:
+                return False
+            if not (isinstance(parsed, dict) and len(parsed) == 1 and isinstance(next(iter(parsed.values())), dict)):
+                return False
+            (name, args), = parsed.items()
+            found.append((name, json.dumps(args, ensure_ascii=False)))
+        m = _KEYED_HEAD.match(body, start) if start is not None else None
+        try:
+            name = json.loads(f'"{m.group(1)}"') if m else None
+        except ValueError:
+            name = None
+        if name is not None and not calls.plausible(name):
+            name = None
+        if name is None and not any(calls.plausible(n) for n, _ in found):
+            return False
+        _write(calls, found)
+        if name is not None:
+            calls.start(name)
+            calls.args(body[m.end() - 1:])
+            calls.end(False)
+        elif start is not None:
+            calls.out.append(Content(body[start:]))  # an item cut before its arguments began
+        return True
 
 
 class PythonLines(Collected):
@@ -106,13 +165,17 @@ class PythonLines(Collected):
         return self.mark + i, self.mark + i
 
     def _emit(self, body: str, calls: Calls, complete: bool) -> bool:
-        found = []
-        for line in body.splitlines():
+        found, lines = [], body.splitlines(keepends=True)
+        for k, line in enumerate(lines):
             if not line.strip():
                 continue
             parsed = call_to_json(_python_literals(line.strip()))
             if parsed is None:
-                return False  # a line that is not a call: the block is prose
+                if complete or k < len(lines) - 1 or not any(calls.plausible(n) for n, _ in found):
+                    return False  # a line that is not a call: the block is prose
+                _write(calls, found)  # cut off: the whole calls, the cut line content
+                calls.out.append(Content(line))
+                return True
             found.append(parsed)
         return _write(calls, found)
 

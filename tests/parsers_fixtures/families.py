@@ -292,6 +292,10 @@ def _samples(spec, rt) -> list:
      '"limit": 3}}</ifm|tool_call><ifm|tool_call>{"name": "noop", "arguments": {}}</ifm|tool_call></ifm|tool_calls>'),
     ("k2-horizon-json-cut", spec("k2_horizon", tool_call_format="json"),
      '<ifm|tool_calls><ifm|tool_call>{"name": "get_weather", "arguments": {"city": "Li'),
+    # read-whole lists cut off: Apertus as the JSON lists, OLMo 3 as the Python call lists
+    ("apertus-cut", spec("apertus"),
+     '<|tools_prefix|>[{"noop": {}}, {"get_weather": {"city": "Par'),
+    ("olmo3-cut", spec("olmo3"), '<function_calls>noop()\nget_weather(city="Par'),
     ("k2-horizon-two", spec("k2_horizon"),
      "<ifm|tool_calls><ifm|tool_call>noop</ifm|tool_call><ifm|tool_call>get_weather<ifm|arg_key>city</ifm|arg_key>"
      "<ifm|arg_value>Lima</ifm|arg_value></ifm|tool_call></ifm|tool_calls>"),
@@ -388,6 +392,8 @@ FAMILY_EXPECTED = {
     'minicpm5-two': (None, None, [('noop', '{}'), ('get_weather', '{"days": 3}')]),
     'mimo-two': (None, None, [('noop', '{}'), ('search', '{"limit": 2}')]),
     'k2-horizon-two': (None, None, [('noop', '{}'), ('get_weather', '{"city": "Lima"}')]),
+    'apertus-cut': (None, None, [('noop', '{}'), ('get_weather', '{"city": "Par')]),
+    'olmo3-cut': (None, 'get_weather(city="Par', [('noop', '{}')]),
     'k2-horizon-json': ('plan', None, [('search', '{"query": "q", "limit": 3}'), ('noop', '{}')]),
     'k2-horizon-json-cut': (None, None, [('get_weather', '{"city": "Li')]),
     'muse-quoted-call': ('Maybe <atem:invoke name="noop"></atem:invoke>?', 'Write <atem:function_calls><atem:invoke name="noop"></atem:invoke></atem:function_calls>.', []),
