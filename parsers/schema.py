@@ -62,18 +62,11 @@ def param_schemas(tools: list[dict] | None, name: str) -> dict[str, ParamSchema]
     ``anyOf``/``oneOf`` (one must) at the root (parameters spread over branches) and per
     parameter, ``const`` and ``enum``. A reference that cannot be resolved (remote,
     broken) restricts nothing; nothing is fetched."""
-    for t in tools or ():
-        fn = t.get("function", t) if isinstance(t, dict) else None
-        if isinstance(fn, dict) and fn.get("name") == name:
-            root = fn.get("parameters")
-            if not isinstance(root, dict):
-                return {}
-            resolver = Registry().with_resource(_BASE, Resource.from_contents(
-                root, default_specification=DRAFT202012)).resolver(base_uri=_BASE)
-            props = _properties(root, resolver, 0)
-            return {k: ParamSchema(list(t or ()), None if v is None else list(v))
-                    for k, (t, v) in props.items()}
-    return {}
+    view = tool_schema(tools, name)
+    if view is None:
+        return {}
+    props = _properties(view.schema, view.resolver, 0)
+    return {k: ParamSchema(list(t or ()), None if v is None else list(v)) for k, (t, v) in props.items()}
 
 
 def tool_schema(tools: list[dict] | None, name: str) -> "SchemaView | None":
