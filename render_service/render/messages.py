@@ -21,6 +21,10 @@ for each:
   ``content is none`` (DeepSeek-V3/R1 write history tool calls only then) and becomes ``""``
   for the rest, which read content as text (Qwen3's ``'</think>' in content`` fails on null,
   and on the missing key that transformers 5 would leave).
+- ``developer`` messages, for a template that never names the role, become ``system`` and
+  every system message merges into one leading message (vLLM 0.33's rule, `render.roles`):
+  applied here, so chat, Responses and Messages bodies all get it, with the template that
+  renders them (a request's own ``chat_template`` included).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 
 from ..errors import bad_request
 from ..model.templates import ChatTemplate
+from .roles import developer_as_system
 
 _TEXT_PART_TYPES = ("text", "input_text", "output_text")
 
@@ -37,7 +42,8 @@ _TEXT_PART_TYPES = ("text", "input_text", "output_text")
 def prepare_messages(messages: list[Any], template: ChatTemplate, media: bool = False) -> list[dict]:
     """Normalise OpenAI ``messages`` for ``template`` (``media``: the model takes image/video parts).
 
-    Returns a new list of plain dicts (the request is not mutated).
+    Returns a new list of plain dicts (the request is not mutated), ``developer`` mapped to
+    ``system`` where vLLM maps it (`render.roles.developer_as_system`).
 
     Raises:
         OpenAIError: 400 for an empty list, a message that is not an object, a missing
@@ -62,7 +68,7 @@ def prepare_messages(messages: list[Any], template: ChatTemplate, media: bool = 
         if prepared.get("tool_calls"):
             prepared["tool_calls"] = _tool_calls(prepared["tool_calls"], template.arguments_form, f"messages.{i}.tool_calls")
         out.append(prepared)
-    return out
+    return developer_as_system(out, template.source)  # every door's conversation meets the template here
 
 
 def _content(content: Any, content_format: str, param: str, media: bool = False) -> Any:

@@ -34,7 +34,6 @@ from ..wire.frontdoors import ResponsesRequest
 from ..wire.openai import ChatCompletionRequest
 from .chat import render_chat
 from .media import MediaInput
-from .roles import developer_as_system
 from .turns import carry_agent_loop_fields
 from .request import new_request_id
 
@@ -60,8 +59,6 @@ def render_responses(bundle: ModelBundle, config: ServeConfig, req: ResponsesReq
         OpenAIError: 400 as `responses_to_chat` and the chat front door raise.
     """
     body = carry_agent_loop_fields(req, responses_to_chat(req))
-    if bundle.chat_template is not None:
-        body["messages"] = developer_as_system(body["messages"], bundle.chat_template.source)
     chat = validate(ChatCompletionRequest, body)
     gen = render_chat(bundle, config, chat, "", media)
     gen["request_id"] = req.request_id or f"resp_{new_request_id()}"

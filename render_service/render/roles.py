@@ -4,7 +4,8 @@ OpenAI clients (Codex and the Responses API above all) send ``developer`` messag
 open-model templates only know ``system``. When a conversation has a ``developer`` message
 and the template's source never names that role, vLLM turns each ``developer`` message into
 ``system`` and merges every system message, in order, into one leading message (contents
-joined with a blank line; a list content's text parts joined with a newline). Pure function.
+joined with a blank line; a list content's text parts joined with a newline). Pure function,
+called once, by `render.messages.prepare_messages`, which every door's conversation goes through.
 """
 
 from __future__ import annotations
