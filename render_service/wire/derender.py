@@ -72,13 +72,19 @@ class DerenderChatRequest(_DerenderCommon):
     parse_context: ParseContext | None = None
 
 
-class DerenderChatStreamRequest(_DerenderCommon):
-    """``DerenderChatStreamRequest`` (§1.6): one generate chunk and the previous state."""
+class _DerenderStreamCommon(_DerenderCommon):
+    """What every streaming derender request carries: one generate chunk and the state the
+    previous call returned."""
 
     stream: Literal[True]
     generate_chunk: GenerateResponse
     stream_state: dict | None = None
     prompt_tokens: Count | None = None
+
+
+class DerenderChatStreamRequest(_DerenderStreamCommon):
+    """``DerenderChatStreamRequest`` (§1.6): one generate chunk and the previous state."""
+
     chat_request: ChatRequestFields | None = None
     parse_context: ParseContext | None = None
 
@@ -93,13 +99,9 @@ class DerenderCompletionRequest(_DerenderCommon):
     completion_request: ChatRequestFields | None = None
 
 
-class DerenderCompletionStreamRequest(_DerenderCommon):
+class DerenderCompletionStreamRequest(_DerenderStreamCommon):
     """``DerenderCompletionStreamRequest`` (§1.7)."""
 
-    stream: Literal[True]
-    generate_chunk: GenerateResponse
-    stream_state: dict | None = None
-    prompt_tokens: Count | None = None
     completion_request: ChatRequestFields | None = None
 
 
