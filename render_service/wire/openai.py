@@ -248,9 +248,7 @@ def check_message_fields(message: Any, where: str) -> None:
     ``name``, ``tool_call_id`` strings; ``tool_calls`` a list of calls whose
     ``id``, ``type`` and ``function.name`` are strings and ``function.arguments`` a JSON
     string (or an object: our documented extension, `render.messages`)."""
-    if not isinstance(message, dict):
-        raise ValueError(f"{where} must be an object")
-    check_types(message, _MESSAGE_TYPES, where)
+    _check_object(message, _MESSAGE_TYPES, where)
     calls = message.get("tool_calls")
     if calls is None:
         return
@@ -258,12 +256,13 @@ def check_message_fields(message: Any, where: str) -> None:
         raise ValueError(f"{where}.tool_calls must be a list")
     for j, call in enumerate(calls):
         at = f"{where}.tool_calls.{j}"
-        if not isinstance(call, dict):
-            raise ValueError(f"{at} must be an object")
-        check_types(call, _CALL_TYPES, at)
-        function = call.get("function")
-        if function is None:
-            continue
-        if not isinstance(function, dict):
-            raise ValueError(f"{at}.function must be an object")
-        check_types(function, _FUNCTION_TYPES, f"{at}.function")
+        _check_object(call, _CALL_TYPES, at)
+        if call.get("function") is not None:
+            _check_object(call["function"], _FUNCTION_TYPES, f"{at}.function")
+
+
+def _check_object(value: Any, types: dict[str, Any], where: str) -> None:
+    """Raise ValueError unless ``value`` is an object whose fields have ``types`` (`check_types`)."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} must be an object")
+    check_types(value, types, where)
