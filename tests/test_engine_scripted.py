@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from conftest import P_LEG_KV
 from reference_engine.testing import EngineProcess
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,8 +42,6 @@ PREFILL_PARAM_KEYS = {
     "remote_host", "remote_port", "tp_size", "dcp_size", "pp_size", "remote_num_tokens",
     "remote_blocks_expiry_time", "remote_registration_generation", "transfer_mode", "remote_prefill_cached_tokens",
 }
-P_LEG_KV = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
-            "remote_block_ids": None, "remote_host": None, "remote_port": None}
 
 
 @pytest.fixture(scope="module")
