@@ -16,7 +16,8 @@ trained on if we render exactly the same way (wire parity with `apply_chat_templ
   ``content``: OpenAI clients send ``content: null`` on every assistant tool-call turn, and
   templates test for it (DeepSeek-V3 writes the calls only when ``content is none``; Qwen3
   fails on a missing key), so it stays null as in transformers 4 and vLLM;
-- reasoning is aliased under ``reasoning_content``/``thinking``/``reasoning``;
+- reasoning is aliased under ``reasoning_content``/``thinking``/``reasoning`` (the one place
+  where OpenAI's ``reasoning`` and older clients' ``reasoning_content`` meet);
 - `continue_final_message` cuts the render right after the final message's text.
 
 Source: `transformers/utils/chat_template_utils.py` (5.x), read for behaviour, not copied.
@@ -35,16 +36,26 @@ import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from ..errors import bad_request
-
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
 _TESTS_CONTENT_FOR_NONE = re.compile(r"""(?:\.content|\[['"]content['"]\])\s+is\s+(?:not\s+)?none""")
 _ARGUMENTS_STRING_BRANCH = re.compile(r"""arguments['"]?\]?\s+is\s+string""")
 
 
-class TemplateRenderError(ValueError):
+class TemplateError(ValueError):
+    """This template cannot render this conversation. ``param`` names the request field at
+    fault; render turns it into the client's 400 (this module knows nothing of HTTP)."""
+
+    param = "messages"
+
+
+class TemplateRenderError(TemplateError):
     """The template refused the conversation (`raise_exception`) or failed while rendering."""
+
+
+class ConversationError(TemplateError):
+    """The conversation does not fit the render options (``continue_final_message`` without
+    a final message text)."""
 
 
 class _GenerationTag(jinja2.ext.Extension):
@@ -197,6 +208,7 @@ class ChatTemplate:
 
         Raises:
             TemplateRenderError: the template raised (`raise_exception`) or failed.
+            ConversationError: ``continue_final_message`` without a final text to continue.
         """
         chat = [_alias_reasoning({k: v for k, v in m.items() if v is not None or k == "content"}) for m in messages]
         final_text = None
@@ -260,6 +272,12 @@ def compile_template(source: str) -> ChatTemplate:
 
 
 def _alias_reasoning(message: dict) -> dict:
+    """A past turn's reasoning under every name templates read: OpenAI's ``reasoning``
+    (older clients send ``reasoning_content``; ``reasoning`` wins when both are given), and
+    ``reasoning_content``/``thinking`` for templates written against other clients."""
+    if message.get("reasoning") is None and message.get("reasoning_content") is not None:
+        message = {**message, "reasoning": message["reasoning_content"]}
+        del message["reasoning_content"]
     reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None), None)
     if reasoning is None:
         return message
@@ -269,7 +287,7 @@ def _alias_reasoning(message: dict) -> dict:
 def _tag_final_message(chat: list[dict]) -> tuple[list[dict], str]:
     """Append a tag to the final message's text so the render can be cut right after it."""
     if not chat:
-        raise bad_request("continue_final_message is set but the conversation is empty.", "messages")
+        raise ConversationError("continue_final_message is set but the conversation is empty.")
     last = dict(chat[-1])
     content = last.get("content")
     if isinstance(content, str):
@@ -283,10 +301,10 @@ def _tag_final_message(chat: list[dict]) -> tuple[list[dict], str]:
                 part["text"] = final + _CONTINUE_TAG
                 break
         else:
-            raise bad_request("continue_final_message is set but the final message has no text.", "messages")
+            raise ConversationError("continue_final_message is set but the final message has no text.")
         last["content"] = parts
     else:
-        raise bad_request("continue_final_message is set but the final message has no content.", "messages")
+        raise ConversationError("continue_final_message is set but the final message has no content.")
     return chat[:-1] + [last], final
 
 

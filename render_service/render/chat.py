@@ -16,7 +16,7 @@ from ..config import ServeConfig
 from ..errors import bad_request
 from ..model import ModelBundle
 from ..model.template_sandbox import request_template
-from ..model.templates import TemplateRenderError
+from ..model.templates import TemplateError, TemplateRenderError
 from ..wire.openai import ChatCompletionRequest
 from .media import MediaInput
 from .messages import history_tool_call_count, prepare_messages
@@ -159,7 +159,9 @@ def _render_and_encode(
             **{**bundle.special_tokens, **kwargs},
         )
     except TemplateRenderError as exc:
-        raise bad_request(f"Chat template error: {exc}", "messages") from None
+        raise bad_request(f"Chat template error: {exc}", exc.param) from None
+    except TemplateError as exc:
+        raise bad_request(str(exc), exc.param) from None
 
     text = check_prompt_chars(bundle, text, req.truncate_prompt_tokens, req.truncation_side)
     if sanitizer is None:

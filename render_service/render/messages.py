@@ -16,7 +16,8 @@ for each:
   (issue 15); templates that can only apply ``tojson``/``items`` get a mapping (a string
   would be double-encoded, case 01); templates that concatenate arguments as text
   (DeepSeek-R1) get the JSON string. Malformed JSON strings pass through unchanged.
-- ``reasoning_content`` (older clients) is the same as ``reasoning``.
+- ``reasoning_content`` (older clients) is the same as ``reasoning``: the template room
+  (`model.templates`) gives a past turn's reasoning under every name templates read.
 - ``content: null`` (OpenAI's assistant tool-call turn) stays null for templates that test
   ``content is none`` (DeepSeek-V3/R1 write history tool calls only then) and becomes ``""``
   for the rest, which read content as text (Qwen3's ``'</think>' in content`` fails on null,
@@ -63,8 +64,6 @@ def prepare_messages(messages: list[Any], template: ChatTemplate, media: bool = 
             prepared["content"] = None if template.null_content == "none" else ""
         else:
             prepared["content"] = _content(prepared["content"], template.content_format, f"messages.{i}.content", media)
-        if prepared.get("reasoning") is None and prepared.get("reasoning_content") is not None:
-            prepared["reasoning"] = prepared.pop("reasoning_content")
         if prepared.get("tool_calls"):
             prepared["tool_calls"] = _tool_calls(prepared["tool_calls"], template.arguments_form, f"messages.{i}.tool_calls")
         out.append(prepared)
