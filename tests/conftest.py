@@ -65,6 +65,18 @@ def serve_app(app, *, port: int | None = None) -> Iterator[str]:
         thread.join(timeout=10)
 
 
+def qwen3_hermes():
+    """Qwen3's tokenizer and template with the qwen3 reasoning and hermes tool parsers, resolved
+    as ``serve`` resolves them: ``(ModelBundle, ServeConfig)``. Needs ../shared."""
+    from render_service.config import ServeConfig
+    from render_service.server import load_bundle, resolve_parsers
+
+    cfg = ServeConfig(model=str(MODELS / "qwen3"), reasoning_parser="qwen3", tool_call_parser="hermes",
+                      enable_auto_tool_choice=True)
+    bundle = load_bundle(cfg)
+    return bundle, resolve_parsers(cfg, bundle)
+
+
 @contextlib.contextmanager
 def render_server(model: str | None = None, **config) -> Iterator[str]:
     """A real render server (our `create_app`) for ``model`` on loopback; yields its URL."""
@@ -76,16 +88,24 @@ def render_server(model: str | None = None, **config) -> Iterator[str]:
         yield url
 
 
-def vllm_differences():
-    """``tests/fixtures/vllm/differences.py``, the one list of deliberate differences from vLLM 0.33
-    (loaded once, by file: the fixtures folder is not a package)."""
+def fixture_module(relpath: str):
+    """The script ``tests/fixtures/<relpath>`` as a module, loaded once by file under a name of
+    its own: the fixture folders are not packages, and several hold a ``record.py``, so a plain
+    ``import record`` would get whichever one a test imported first."""
     import importlib.util
     import sys
 
-    name = "vllm_fixture_differences"
+    name = "fixture_" + relpath.removesuffix(".py").replace("/", "_")
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "tests" / "fixtures" / "vllm" / "differences.py")
+        path = REPO / "tests" / "fixtures" / relpath
+        sys.path.insert(0, str(path.parent))  # for the script's own sibling imports
+        spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+def vllm_differences():
+    """``tests/fixtures/vllm/differences.py``, the one list of deliberate differences from vLLM 0.33."""
+    return fixture_module("vllm/differences.py")

@@ -21,7 +21,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from conftest import MODELS, free_port, needs_shared, serve_app
+from conftest import free_port, needs_shared, qwen3_hermes, serve_app
 
 pytestmark = needs_shared
 
@@ -36,7 +36,6 @@ from reference_engine.testing import EngineProcess  # noqa: E402
 from render_service.http.app import create_app as create_render_app  # noqa: E402
 from render_service.wire.openai import ChatCompletionRequest  # noqa: E402
 from render_service.render import render_chat  # noqa: E402
-from render_service.server import load_bundle, resolve_parsers  # noqa: E402
 
 CHAT = "/v1/chat/completions"
 TOOLS = [{"type": "function", "function": {
@@ -110,10 +109,7 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> Iterator[World]:
-    cfg = ServeConfig(model=str(MODELS / "qwen3"), reasoning_parser="qwen3", tool_call_parser="hermes",
-                      enable_auto_tool_choice=True)
-    bundle = load_bundle(cfg)
-    cfg = resolve_parsers(cfg, bundle)
+    bundle, cfg = qwen3_hermes()
     tok = bundle.tokenizer
     eos = tok.token_to_id("<|im_end|>")
     responses = []

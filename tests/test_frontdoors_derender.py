@@ -17,17 +17,15 @@ import httpx
 import orjson
 import pytest
 
-from conftest import MODELS, needs_shared, render_server
+from conftest import MODELS, needs_shared, qwen3_hermes, render_server
 
 pytestmark = needs_shared
 
-from render_service.config import ServeConfig  # noqa: E402
 from render_service.derender.frontdoors import FrontDoorDerenderer, final_object  # noqa: E402
 from render_service.derender.service import Derenderer  # noqa: E402
 from render_service.http.common import validate  # noqa: E402
 from render_service.render.anthropic import render_messages  # noqa: E402
 from render_service.render.responses import render_responses  # noqa: E402
-from render_service.server import load_bundle, resolve_parsers  # noqa: E402
 from render_service.wire.frontdoors import (AnthropicMessagesRequest, DerenderMessagesRequest,  # noqa: E402
                                             DerenderMessagesStreamRequest, DerenderResponsesRequest,
                                             DerenderResponsesStreamRequest, ResponsesRequest)
@@ -45,11 +43,7 @@ BODIES = {"responses": (DerenderResponsesRequest, DerenderResponsesStreamRequest
 
 @pytest.fixture(scope="module")
 def qwen():
-    cfg = ServeConfig(model=str(MODELS / "qwen3"), reasoning_parser="qwen3", tool_call_parser="hermes",
-                      enable_auto_tool_choice=True)
-    bundle = load_bundle(cfg)
-    cfg = resolve_parsers(cfg, bundle)
-    return bundle, cfg
+    return qwen3_hermes()
 
 
 @pytest.fixture(scope="module")

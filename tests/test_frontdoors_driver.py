@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from conftest import MODELS, needs_shared, serve_app
+from conftest import needs_shared, qwen3_hermes, serve_app
 
 pytestmark = needs_shared
 
@@ -25,7 +25,6 @@ openai = pytest.importorskip("openai", reason="openai SDK not installed")
 anthropic = pytest.importorskip("anthropic", reason="anthropic SDK not installed")
 
 from reference_engine.testing import EngineProcess  # noqa: E402
-from render_service.config import ServeConfig  # noqa: E402
 from render_service.driver.app import create_app  # noqa: E402
 from render_service.driver.config import DriverConfig  # noqa: E402
 from render_service.driver.flow import Driver  # noqa: E402
@@ -33,7 +32,6 @@ from render_service.http.app import create_app as create_render_app  # noqa: E40
 from render_service.http.common import validate  # noqa: E402
 from render_service.render.anthropic import render_messages  # noqa: E402
 from render_service.render.responses import render_responses  # noqa: E402
-from render_service.server import load_bundle, resolve_parsers  # noqa: E402
 from render_service.wire.frontdoors import AnthropicMessagesRequest, ResponsesRequest  # noqa: E402
 
 WEATHER = "What is the weather in Paris right now?"
@@ -79,10 +77,7 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> Iterator[World]:
-    cfg = ServeConfig(model=str(MODELS / "qwen3"), reasoning_parser="qwen3", tool_call_parser="hermes",
-                      enable_auto_tool_choice=True)
-    bundle = load_bundle(cfg)
-    cfg = resolve_parsers(cfg, bundle)
+    bundle, cfg = qwen3_hermes()
     tok, model = bundle.tokenizer, bundle.served_model_names[0]
     eos = tok.token_to_id("<|im_end|>")
 
