@@ -20,13 +20,13 @@ import sys
 import httpx
 import pytest
 
-from conftest import MODELS, REPO, needs_shared, render_server, vllm_differences
+from conftest import MODELS, REPO, fixture_module, needs_shared, render_server, vllm_differences
 
 pytestmark = needs_shared
 
 FIXTURES = REPO / "tests" / "fixtures" / "vllm" / "responses_messages"
-sys.path.insert(0, str(FIXTURES))
-from record import PATHS, expand  # noqa: E402
+_record = fixture_module("vllm/responses_messages/record.py")
+PATHS, expand = _record.PATHS, _record.expand
 
 CORPUS = json.loads((FIXTURES / "cases.json").read_text())
 RECORDED = json.loads((FIXTURES / "recorded.json").read_text())["results"]

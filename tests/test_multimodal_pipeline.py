@@ -21,12 +21,12 @@ from render_service.multimodal import MediaLimits, MultimodalConfig, MultimodalR
 from render_service.multimodal.processors import load_processor
 from render_service.multimodal.serde import decode_item
 
-from conftest import MODELS
+from conftest import MODELS, fixture_module
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm_mm"
 sys.path.insert(0, str(FIXTURES))
 import media as test_media  # noqa: E402
-import record  # noqa: E402
+record = fixture_module("vllm_mm/record.py")
 from test_multimodal_units import ANSWERS, require_media  # noqa: E402
 
 IMAGE_PAD, VIDEO_PAD = 151655, 151656

@@ -19,12 +19,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import MODELS, render_server
+from conftest import MODELS, fixture_module, render_server
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm_mm"
 sys.path.insert(0, str(FIXTURES))
 import media as test_media  # noqa: E402
-import record  # noqa: E402
+record = fixture_module("vllm_mm/record.py")
 from test_multimodal_pipeline import assert_payload_equal  # noqa: E402
 from test_multimodal_units import ANSWERS, require_media  # noqa: E402
 
