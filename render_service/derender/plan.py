@@ -15,7 +15,7 @@ from ..config import ServeConfig
 from ..errors import bad_request
 from .. import policy
 from ..policy import skip_special_tokens
-from ..wire.derender import ChatRequestFields, ParseContext
+from ..wire.derender import ChatRequestFields, ParseContext, ParseSource
 from ..wire.generate import SamplingParams
 from ..wire.openai import stop_list
 from .stops import check_stop_limits
@@ -86,7 +86,7 @@ def chat_plan(bundle: Any, config: ServeConfig, chat: ChatRequestFields | None, 
     Raises:
         OpenAIError: 400 for a missing parse source, a named tool not in ``tools``, bad stops.
     """
-    src: ChatRequestFields | ParseContext | None = chat if chat is not None else ctx
+    src: ParseSource | None = chat if chat is not None else ctx
     if policy.parser_configured(config) and src is None:
         raise bad_request("This server runs a reasoning/tool-call parser: send `chat_request` "
                           "(or the slim `parse_context` from render) with every derender call.",

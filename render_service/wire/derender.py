@@ -17,8 +17,9 @@ from .limits import PassThrough
 _LOOSE = ConfigDict(extra="ignore")
 
 
-class ChatRequestFields(BaseModel):
-    """The fields of an OpenAI ``ChatCompletionRequest`` that derender reads (§1.3)."""
+class ParseSource(BaseModel):
+    """What the reasoning and tool-call parsers read of a request: the whole ``chat_request``
+    and render's slim ``parse_context`` both carry it."""
 
     model_config = _LOOSE
     tools: list[PassThrough] | None = None
@@ -26,6 +27,11 @@ class ChatRequestFields(BaseModel):
     parallel_tool_calls: bool | None = True
     include_reasoning: bool = True
     chat_template_kwargs: PassThrough | None = None
+
+
+class ChatRequestFields(ParseSource):
+    """The fields of an OpenAI ``ChatCompletionRequest`` that derender reads (§1.3)."""
+
     reasoning_effort: str | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
@@ -40,15 +46,9 @@ class ChatRequestFields(BaseModel):
     stream_options: dict | None = None
 
 
-class ParseContext(BaseModel):
+class ParseContext(ParseSource):
     """The slim parse context render emits in ``GenerateRequest.parse_context`` (§2.5)."""
 
-    model_config = _LOOSE
-    tools: list[PassThrough] | None = None
-    tool_choice: str | PassThrough | None = None
-    parallel_tool_calls: bool | None = True
-    include_reasoning: bool = True
-    chat_template_kwargs: PassThrough | None = None
     history_tool_call_cnt: int | None = None
     # An extension: render's judgement from the prompt text, so derender need not decode
     # prompt ids to find out whether generation starts inside reasoning.
