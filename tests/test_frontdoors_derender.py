@@ -204,7 +204,30 @@ def test_length_finish(qwen):
             assert out["stop_reason"] == "max_tokens"
 
 
+def test_abort_is_cancelled_not_completed(qwen):
+    bundle, cfg = qwen
+    fd = FrontDoorDerenderer(Derenderer(bundle, cfg))
+    req, prompt, ids, rid = setup(qwen, "responses", SHORT_TEXT)
+    out = fd.whole("responses", validate(BODIES["responses"][0], whole_body("responses", req, prompt, ids[:-3], rid,
+                                                                            finish="abort")))
+    assert out["status"] == "cancelled" and out["incomplete_details"] is None
+    assert out["output"][-1]["status"] == "incomplete"
+
+
 # -- over HTTP -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["responses", "messages"])
+def test_http_failed_or_unknown_finish_is_an_error_not_an_answer(qwen, url, kind):
+    req, prompt, ids, rid = setup(qwen, kind, SHORT_TEXT)
+    r = httpx.post(f"{url}/v1/{kind}/derender", json=whole_body(kind, req, prompt, ids, rid, finish="error"))
+    assert r.status_code == 500, r.text
+    assert (r.json()["error"]["type"] == "api_error") if kind == "messages" else (r.json()["error"]["code"] == 500)
+    r = httpx.post(f"{url}/v1/{kind}/derender", json=whole_body(kind, req, prompt, ids, rid, finish="bogus"))
+    assert r.status_code == 400 and "bogus" in r.json()["error"]["message"], r.text
+    body = list(chunk_bodies(kind, req, prompt, [ids], rid, finish="error"))[0]
+    r = httpx.post(f"{url}/v1/{kind}/derender", json={**body, "stream_state": None})
+    assert r.status_code == 500, r.text
+
 
 @pytest.mark.parametrize("kind", ["responses", "messages"])
 def test_http_stateless_stream_and_pipe_equal_whole(qwen, url, kind):

@@ -102,7 +102,8 @@ class FrontDoorSession:
         limit = self.d.bundle.max_model_len
         fd = self._machine(gen.request_id)
         out: list[dict] = []
-        for ch in gen.choices:
+        for i, ch in enumerate(gen.choices):
+            check_finish_reason(ch.finish_reason, f"generate_chunk.choices.{i}.finish_reason")
             if self.prompt_len + self.cs.n_tokens + len(ch.token_ids or []) > limit:
                 raise bad_request(f"Prompt plus output exceed max_model_len={limit}.", "generate_chunk")
             delta = self.cs.step(ch)
@@ -129,10 +130,30 @@ class FrontDoorSession:
         self.d.check_response(gen, "generate_response", streaming=False)
         one_choice(gen, "generate_response")
         ch = gen.choices[0]
+        check_finish_reason(ch.finish_reason, "generate_response.choices.0.finish_reason")
         if ch.finish_reason is None:
             ch = ch.model_copy(update={"finish_reason": "stop"})
         events = self.step(gen.model_copy(update={"choices": [ch]}))
         return final_object(self.kind, events)
+
+
+FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "abort"})
+
+
+def check_finish_reason(finish_reason: str | None, param: str) -> None:
+    """Raise unless ``finish_reason`` is one these APIs can state.
+
+    ``"error"`` (the engine failed mid-generation) is vLLM 0.33's ``_raise_if_error``:
+    a 500 ``Internal server error``, never a finished answer. Any other string outside
+    ``stop`` / ``length`` / ``tool_calls`` / ``abort`` is a 400: a ``Response`` status or an
+    Anthropic ``stop_reason`` cannot say what it means.
+    """
+    if finish_reason is None or finish_reason in FINISH_REASONS:
+        return
+    if finish_reason == "error":
+        raise OpenAIError(500, "Internal server error: the generation failed (finish_reason \"error\").", param=param)
+    raise bad_request(f"Unknown finish_reason {finish_reason!r}; expected one of "
+                      f"{', '.join(sorted(FINISH_REASONS))} (or \"error\").", param)
 
 
 def one_choice(gen: GenerateResponse, param: str) -> None:

@@ -14,7 +14,8 @@ it in ``entrypoints/openai/responses/streaming_events.py``)::
                      output_text.done, content_part.done, output_item.done
       function_call: output_item.added, function_call_arguments.delta*,
                      function_call_arguments.done, output_item.done
-    response.completed  (or response.incomplete on finish_reason "length")
+    response.completed  (or response.incomplete on finish_reason "length", status
+                         "incomplete"; or on "abort", status "cancelled")
 
 ``sequence_number`` increases by one per event across the stream. Item ids are
 ``rs_`` / ``msg_`` / ``fc_`` + the response id's suffix + the output index, so a stream and
@@ -30,6 +31,8 @@ from __future__ import annotations
 from typing import Any
 
 _PREFIX = {"reasoning": "rs", "message": "msg", "function_call": "fc"}
+# finish_reason → Response status; "abort" is vLLM 0.33's "cancelled" (responses/serving.py).
+_STATUS = {"length": "incomplete", "abort": "cancelled"}
 
 
 def response_envelope(req: Any, *, response_id: str, created_at: int, model: str, sampling: dict) -> dict:
@@ -111,13 +114,13 @@ class ResponsesStream:
         """Close the open item and end with ``response.completed`` / ``response.incomplete``."""
         if self.finished:
             return []
-        incomplete = finish_reason == "length"
-        out = self._close("incomplete" if incomplete else "completed")
+        status = _STATUS.get(finish_reason, "completed")
+        out = self._close("completed" if status == "completed" else "incomplete")
         self.finished = True
-        self.env.update(status="incomplete" if incomplete else "completed",
-                        incomplete_details={"reason": "max_output_tokens"} if incomplete else None,
+        self.env.update(status=status,
+                        incomplete_details={"reason": "max_output_tokens"} if finish_reason == "length" else None,
                         usage=_usage(usage))
-        kind = "response.incomplete" if incomplete else "response.completed"
+        kind = "response.completed" if status == "completed" else "response.incomplete"
         out.append(self._ev(kind, response=self._response()))
         return out
 
