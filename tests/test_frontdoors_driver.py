@@ -297,3 +297,35 @@ def test_unreachable_decode_is_an_error_in_each_api_shape(world):
             assert r.status_code == 503 and r.json()["type"] == "error" and r.json()["error"]["type"] == "overloaded_error"
             r = httpx.post(url + "/v1/responses", timeout=30, json={"input": WEATHER, "stream": stream})
             assert r.status_code == 503 and r.json()["error"]["code"] == 503
+
+
+def test_decode_cut_mid_stream_ends_with_an_error_event_continuing_the_count(world):
+    """A decode engine that drops its stream after a few tokens: the Responses ``error``
+    event takes the next ``sequence_number``, it does not restart at 0."""
+    import asyncio
+
+    from starlette.applications import Starlette
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    ids = world.bundle.tokenizer.encode("one two three four five six seven eight")
+
+    async def generate(request):
+        rid = "generate-tokens-" + (request.headers.get("x-request-id") or "x")
+
+        async def body():
+            for t in ids[:6]:
+                yield "data: " + json.dumps({"request_id": rid, "choices": [{"index": 0, "token_ids": [t],
+                                                                            "finish_reason": None}]}) + "\n\n"
+                await asyncio.sleep(0.002)
+            raise RuntimeError("decode engine dropped the stream")
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    breaking = Starlette(routes=[Route("/inference/v1/generate", generate, methods=["POST"])])
+    with serve_app(breaking) as decode_url:
+        config = DriverConfig(prefill=(world.prefill,), decode=(decode_url,), serve=world.cfg)
+        with serve_app(create_app(Driver(config, world.bundle))) as url:
+            with httpx.stream("POST", url + "/v1/responses", timeout=30, json={"input": WEATHER, "tools": OPENAI_TOOLS, "stream": True}) as r:
+                events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "error", events[-1]
+    assert [ev["sequence_number"] for ev in events] == list(range(len(events)))

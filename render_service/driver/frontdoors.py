@@ -80,6 +80,18 @@ class _RemoteStream:
         return []
 
 
+class _Sent:
+    """What one stream has written: the Responses ``sequence_number`` its next event takes,
+    so an ``error`` event after a cut continues the count instead of restarting at 0."""
+
+    def __init__(self) -> None:
+        self.next_sequence_number = 0
+
+    def count(self, ev: dict) -> None:
+        if "sequence_number" in ev:
+            self.next_sequence_number = ev["sequence_number"] + 1
+
+
 def _view(events: list[dict]) -> dict:
     done = any(ev["type"] in ("response.completed", "response.incomplete", "message_stop") for ev in events)
     return {"choices": [{"index": 0, "finish_reason": "stop"}] if done else [], "events": events}
@@ -107,6 +119,7 @@ class FrontDoorFlow:
         base_id = str(headers.get("x-request-id") or new_request_id())
         reply = {"x-request-id": base_id}
         key = conversation_key(body, headers)
+        sent = _Sent()
         reuse = drv.kv_reuse if key is not None else None  # bidirectional KV (conversations.KVReuse)
         try:
             rendered_body = reuse.render_body(key, body) if reuse is not None else body
@@ -117,7 +130,7 @@ class FrontDoorFlow:
             if reuse is not None:
                 reuse.prepare(key, leg, reply)
             if body.get("stream") is True:
-                await self._stream(kind, req, body, leg, timer, out, reply)
+                await self._stream(kind, req, body, leg, timer, out, reply, sent)
             else:
                 await self._whole(kind, req, body, leg, timer, out, reply)
             if reuse is not None:
@@ -126,11 +139,11 @@ class FrontDoorFlow:
             if isinstance(err, HopError):
                 drv.metrics.upstream_errors.labels(err.hop, str(err.status)).inc()
                 log.warning("%s", err.message)
-            await self._fail(kind, out, err, timer, reply)
+            await self._fail(kind, out, err, timer, reply, sent)
         except Exception:
             log.exception("driver failed on a %s request", kind)
             await self._fail(kind, out, OpenAIError(500, "Internal error in the driver; this is a bug, please report it."),
-                             timer, reply)
+                             timer, reply, sent)
         finally:
             drv.metrics.in_flight.dec()
             drv.metrics.observe(timer)
@@ -169,7 +182,8 @@ class FrontDoorFlow:
             return _LocalStream(hops, kind, req, prompt)
         return _RemoteStream(self.driver, kind, body, prompt)
 
-    async def _stream(self, kind: str, req: Any, body: dict, leg: Any, timer: HopTimer, out: Any, headers: dict) -> None:
+    async def _stream(self, kind: str, req: Any, body: dict, leg: Any, timer: HopTimer, out: Any, headers: dict,
+                      sent: _Sent) -> None:
         await leg.prefill()
         session = self._open(kind, req, body, leg.prompt)
         relay = self.driver._decode(leg, session, False)
@@ -181,11 +195,13 @@ class FrontDoorFlow:
                 _, view = item
                 for ev in view["events"]:
                     await out.raw(sse.named_event(ev["type"], ev))
+                    sent.count(ev)
                 finished |= bool(view["choices"])
                 item = await anext(relay, None)
         if not finished:  # the engine stream ended without a finish: close what is open
             for ev in session.finish():
                 await out.raw(sse.named_event(ev["type"], ev))
+                sent.count(ev)
         await out.end(sse.comment(f"server-timing {timer.server_timing()}"))
 
     async def _whole(self, kind: str, req: Any, body: dict, leg: Any, timer: HopTimer, out: Any, headers: dict) -> None:
@@ -220,9 +236,9 @@ class FrontDoorFlow:
         return await post_json(self.driver.client(), "derender", self.driver.config.render, _DERENDER_PATHS[kind],
                                payload)
 
-    async def _fail(self, kind: str, out: Any, err: OpenAIError, timer: HopTimer, headers: dict) -> None:
+    async def _fail(self, kind: str, out: Any, err: OpenAIError, timer: HopTimer, headers: dict, sent: _Sent) -> None:
         if out.started:
-            ev = stream_error_event(kind, err)
+            ev = stream_error_event(kind, err, sent.next_sequence_number)
             await out.raw(sse.named_event(ev["type"], ev))
             await out.end(sse.comment(f"server-timing {timer.server_timing()}"))
         else:
