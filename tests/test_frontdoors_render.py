@@ -151,3 +151,24 @@ def test_disabled_thinking_maps_to_the_probed_effort(model, effort):
                                                           "messages": [{"role": "user", "content": "Hi"}]})
         assert r.status_code == 200, r.text
         assert r.json()["parse_context"]["chat_template_kwargs"]["reasoning_effort"] == effort
+
+
+def test_responses_errors_name_responses_fields(server):
+    """A bad Responses body is told about in Responses' own fields (``input``,
+    ``input.N.content.M``), never the chat fields it is converted to."""
+    url, _ = server
+
+    def error(body: dict) -> dict:
+        r = httpx.post(url + "/v1/responses/render", json=body)
+        assert r.status_code == 400, r.text
+        return r.json()["error"]
+
+    err = error({"input": []})
+    assert err["param"] == "input" and "messages" not in err["message"]
+    for part in ({"type": "input_image"}, {"type": "input_image", "file_id": "file-123"}):
+        err = error({"input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}, part]}]})
+        assert err["param"] == "input.0.content.1.image_url" and "image_url part" not in err["message"]
+    assert error({"input": 5})["param"] == "input"
+    err = error({"instructions": "be brief", "input": [{"role": "user", "content": "hi"},
+                                                       {"role": "user", "content": [{"type": "bogus_part"}]}]})
+    assert err["param"].startswith("input.1"), err

@@ -59,8 +59,11 @@ def render_responses(bundle: ModelBundle, config: ServeConfig, req: ResponsesReq
         OpenAIError: 400 as `responses_to_chat` and the chat front door raise.
     """
     body = carry_agent_loop_fields(req, responses_to_chat(req))
-    chat = validate(ChatCompletionRequest, body)
-    gen = render_chat(bundle, config, chat, "", media)
+    try:
+        chat = validate(ChatCompletionRequest, body)
+        gen = render_chat(bundle, config, chat, "", media)
+    except OpenAIError as err:
+        raise in_input_terms(err, req) from None
     gen["request_id"] = req.request_id or f"resp_{new_request_id()}"
     gen["parse_context"] = None
     gen["reasoning_ended"] = None
@@ -108,16 +111,47 @@ def responses_to_chat(req: Any) -> dict[str, Any]:
 
 
 def input_messages(instructions: str | None, items: str | list[dict]) -> list[dict]:
-    """``instructions`` + ``input`` → chat messages (vLLM's ``construct_input_messages``)."""
+    """``instructions`` + ``input`` → chat messages (vLLM's ``construct_input_messages``).
+
+    Raises:
+        OpenAIError: 400 (param ``input``) when there is no message at all.
+    """
+    return _messages_and_origins(instructions, items)[0]
+
+
+def _messages_and_origins(instructions: str | None, items: str | list[dict]) -> tuple[list[dict], list[str]]:
+    """The chat messages and, for each, the Responses field it came from (``instructions``,
+    ``input``, ``input.3``)."""
     messages: list[dict] = [{"role": "system", "content": instructions}] if instructions else []
+    origins = ["instructions"] * len(messages)
     if isinstance(items, str):
-        messages.append({"role": "user", "content": items})
-        return messages
+        return messages + [{"role": "user", "content": items}], origins + ["input"]
     for i, item in enumerate(items):
         message = _item_message(item, messages[-1] if messages else None, f"input.{i}")
         if message is not None:
             messages.append(message)
-    return messages
+            origins.append(f"input.{i}")
+    if not messages:
+        raise bad_request("`input` must be a non-empty string or list of items.", "input")
+    return messages, origins
+
+
+def in_input_terms(err: OpenAIError, req: Any) -> OpenAIError:
+    """``err`` from the chat render of ``req``'s converted conversation with its ``param``
+    (``messages.N...``) renamed to the Responses field message N came from (``input.I...``;
+    content parts keep their index, `_part` converts them one for one)."""
+    param = err.param or ""
+    head, _, rest = param.partition(".")
+    if head != "messages":
+        return err
+    origins = _messages_and_origins(req.instructions, req.input)[1]
+    index, _, tail = rest.partition(".")
+    if not index.isdigit() or int(index) >= len(origins):
+        err.param = "input"
+        return err
+    origin = origins[int(index)]
+    err.param = f"{origin}.{tail}" if tail and origin.startswith("input.") else origin
+    return err
 
 
 def _item_message(item: dict, prev: dict | None, param: str) -> dict | None:
@@ -155,14 +189,22 @@ def _item_message(item: dict, prev: dict | None, param: str) -> dict | None:
         return {"role": "assistant", "content": text}
     message = dict(item)
     if isinstance(message.get("content"), list):
-        message["content"] = [_part(p) for p in message["content"]]
+        message["content"] = [_part(p, f"{param}.content.{j}") for j, p in enumerate(message["content"])]
     return message
 
 
-def _part(part: Any) -> Any:
+def _part(part: Any, param: str) -> Any:
     """``input_image`` (``image_url`` a URL string) → chat's ``image_url`` part, which the
-    chat path's media loading reads; other parts pass through."""
+    chat path's media loading reads; other parts pass through.
+
+    Raises:
+        OpenAIError: 400 for an ``input_image`` without an ``image_url`` (``file_id`` needs
+        the Files API, which a stateless render tier has not).
+    """
     if isinstance(part, dict) and part.get("type") == "input_image":
+        if not part.get("image_url"):
+            raise bad_request("An input_image part needs `image_url` (a URL or a data URL); `file_id` is not "
+                              "supported here.", f"{param}.image_url")
         return {"type": "image_url", "image_url": {"url": part.get("image_url")}}
     return part
 

@@ -29,9 +29,19 @@ def validate(model: type[M], data: Any) -> M:
     except pydantic.ValidationError as exc:
         errors = exc.errors(include_url=False)
         first = errors[0]
-        param = ".".join(str(p) for p in first["loc"]) or None
-        summary = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {_message(model, e)}" for e in errors[:5])
+        param = field_path(first["loc"]) or None
+        summary = "; ".join(f"{field_path(e['loc']) or 'body'}: {_message(model, e)}" for e in errors[:5])
         raise bad_request(f"{len(errors)} validation error(s): {summary}", param=param) from None
+
+
+_UNION_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "none", "bytes", "any"})
+
+
+def field_path(loc: tuple) -> str:
+    """A pydantic error location as a dotted field path: union-branch tags (``str``,
+    ``list[any]``, ``function-after[...]``, ``constrained-str``), which name a type, not a field, are dropped, so
+    ``{"input": 5}`` is ``input``, not ``input.str``."""
+    return ".".join(str(p) for p in loc if not (isinstance(p, str) and (p in _UNION_TAGS or "[" in p or p.startswith("constrained-"))))
 
 
 def check_types(obj: dict, types: dict[str, Any], where: str) -> None:
