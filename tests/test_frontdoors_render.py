@@ -172,3 +172,21 @@ def test_responses_errors_name_responses_fields(server):
     err = error({"instructions": "be brief", "input": [{"role": "user", "content": "hi"},
                                                        {"role": "user", "content": [{"type": "bogus_part"}]}]})
     assert err["param"].startswith("input.1"), err
+
+
+def test_messages_errors_name_the_anthropic_block(server):
+    """A bad block of an Anthropic body is named by its own path (``messages.N.content.M``),
+    not by the chat message it converts to (a tool_result's image becomes a later message)."""
+    url, model = server
+
+    def param(messages: list[dict], **extra) -> str:
+        r = httpx.post(url + "/v1/messages/render", json={"model": model, "max_tokens": 8, "messages": messages, **extra})
+        assert r.status_code == 400, r.text
+        return r.json()["error"]["param"]
+
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+    result = {"type": "tool_result", "tool_use_id": "x", "content": "r"}
+    assert param([{"role": "user", "content": [result, image]}], system="s").startswith("messages.0.content.1")
+    bad_source = {"type": "image", "source": {"type": "file", "file_id": "f"}}
+    assert param([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                  {"role": "user", "content": [{"type": "text", "text": "c"}, bad_source]}]) == "messages.2.content.1.source"

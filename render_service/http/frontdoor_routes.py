@@ -26,10 +26,10 @@ from ..derender.frontdoors import FrontDoorDerenderer
 from ..derender.service import Derenderer
 from ..errors import OpenAIError
 from ..render.anthropic import count_tokens as anthropic_count_tokens
-from ..render.anthropic import messages_to_chat, render_messages
+from ..render.anthropic import in_messages_terms, messages_to_chat, render_messages
 from ..render.media import MediaInput, chat_media_parts, load_media_input, mm_payload
 from ..render.request import new_request_id
-from ..render.responses import render_responses, responses_to_chat
+from ..render.responses import in_input_terms, render_responses, responses_to_chat
 from ..wire.frontdoors import (AnthropicCountTokensRequest, AnthropicMessagesRequest, DerenderMessagesRequest,
                                DerenderMessagesStreamRequest, DerenderResponsesRequest, DerenderResponsesStreamRequest,
                                FrontDoorPipeHeader, ResponsesRequest, error_body)
@@ -48,8 +48,13 @@ def routes(ctx: AppContext) -> list[Route]:
     fd = FrontDoorDerenderer(d)
 
     async def media(messages: list[dict], req: Any) -> MediaInput | None:
-        """The request's images, loaded as the chat route loads them (400 on a text-only model)."""
-        return await load_media_input(ctx.multimodal, chat_media_parts(messages), mm_payload(req))
+        """The request's images, loaded as the chat route loads them (400 on a text-only model,
+        its ``param`` in the request's own API: `in_input_terms` / `in_messages_terms`)."""
+        try:
+            return await load_media_input(ctx.multimodal, chat_media_parts(messages), mm_payload(req))
+        except OpenAIError as err:
+            raise (in_input_terms(err, req) if isinstance(req, ResponsesRequest)
+                   else in_messages_terms(err, req, False)) from None
 
     async def responses_render(request: Request) -> JSONResponse:
         req = validate(ResponsesRequest, await read_json(request, ctx.config.max_body_bytes))

@@ -69,7 +69,10 @@ def render_messages(bundle: ModelBundle, config: ServeConfig, req: AnthropicMess
     effort = disabled_thinking_effort(bundle, config) if req.thinking is not None and req.thinking.type == "disabled" else "none"
     body = carry_agent_loop_fields(req, messages_to_chat(req, effort, merges_inline_system(source)))
     budget = body.pop("thinking_token_budget", None)
-    gen = render_chat(bundle, config, validate(ChatCompletionRequest, body), request_id, media)
+    try:
+        gen = render_chat(bundle, config, validate(ChatCompletionRequest, body), request_id, media)
+    except OpenAIError as err:
+        raise in_messages_terms(err, req, merges_inline_system(source)) from None
     if budget is not None:
         gen["sampling_params"]["thinking_token_budget"] = budget
     return gen
@@ -90,16 +93,7 @@ def messages_to_chat(req: Any, disabled_thinking_effort: str = "none", merge_inl
     honour it). ``merge_inline_system``: fold ``system``-role messages into the leading one
     (`merges_inline_system` of the server's template).
     """
-    messages: list[dict] = []
-    system = _system_text(req.system)
-    if merge_inline_system:
-        inline = (_system_text(m.content) for m in req.messages if m.role == "system")
-        system += "".join(t for t in inline if not t.startswith(BILLING_HEADER))
-    if system:
-        messages.append({"role": "system", "content": system})
-    for msg in req.messages:
-        if not (merge_inline_system and msg.role == "system"):
-            _convert_message(msg, messages)
+    messages = _chat_messages(req, merge_inline_system)[0]
     body: dict[str, Any] = {k: getattr(req, k) for k in _PASS_FIELDS if getattr(req, k) is not None}
     body.update(messages=messages, max_tokens=req.max_tokens, max_completion_tokens=req.max_tokens)
     if req.stop_sequences is not None:
@@ -189,26 +183,68 @@ def _system_text(system: Any) -> str:
     return "".join(b.text for b in system if b.type == "text" and b.text and not b.text.startswith(BILLING_HEADER))
 
 
-def _convert_message(msg: Any, out: list[dict]) -> None:
+def _chat_messages(req: Any, merge_inline_system: bool) -> tuple[list[dict], list[tuple[str, list[str]]]]:
+    """The chat messages of ``req`` and, for each, its origin: the Anthropic field it came
+    from (``system``, ``messages.2``) and the field of each of its content parts."""
+    messages: list[dict] = []
+    origins: list[tuple[str, list[str]]] = []
+    system = _system_text(req.system)
+    if merge_inline_system:
+        inline = (_system_text(m.content) for m in req.messages if m.role == "system")
+        system += "".join(t for t in inline if not t.startswith(BILLING_HEADER))
+    if system:
+        messages.append({"role": "system", "content": system})
+        origins.append(("system", []))
+    for i, msg in enumerate(req.messages):
+        if not (merge_inline_system and msg.role == "system"):
+            _convert_message(msg, messages, f"messages.{i}", origins)
+    return messages, origins
+
+
+def in_messages_terms(err: OpenAIError, req: Any, merge_inline_system: bool) -> OpenAIError:
+    """``err`` from the chat render of ``req``'s converted conversation with its ``param``
+    (chat's ``messages.N.content.M...``) renamed to the Anthropic block it came from."""
+    parts = (err.param or "").split(".")
+    if len(parts) < 2 or parts[0] != "messages" or not parts[1].isdigit():
+        return err
+    origins = _chat_messages(req, merge_inline_system)[1]
+    n = int(parts[1])
+    if n >= len(origins):
+        return err
+    where, part_origins = origins[n]
+    if len(parts) >= 4 and parts[2] == "content" and parts[3].isdigit() and int(parts[3]) < len(part_origins):
+        err.param = ".".join([part_origins[int(parts[3])], *parts[4:]])
+    else:
+        err.param = where
+    return err
+
+
+def _convert_message(msg: Any, out: list[dict], param: str, origins: list[tuple[str, list[str]]]) -> None:
     if msg.role == "system":
         text = msg.content if isinstance(msg.content, str) else "".join(
             b.text for b in msg.content if b.type == "text" and b.text and not b.text.startswith(BILLING_HEADER))
         if text and not text.startswith(BILLING_HEADER):
             out.append({"role": "system", "content": text})
+            origins.append((param, []))
         return
     converted: dict[str, Any] = {"role": msg.role}
     if isinstance(msg.content, str):
         converted["content"] = msg.content
         out.append(converted)
+        origins.append((param, []))
         return
     parts: list[dict] = []
+    part_origins: list[str] = []
     calls: list[dict] = []
     reasoning: list[str] = []
-    for block in msg.content:
+    for j, block in enumerate(msg.content):
+        where = f"{param}.content.{j}"
         if block.type == "text" and block.text:
             parts.append({"type": "text", "text": block.text})
+            part_origins.append(where)
         elif block.type == IMAGE_BLOCK and block.source:
-            parts.append({"type": "image_url", "image_url": {"url": anthropic_image_url(block.source)}})
+            parts.append({"type": "image_url", "image_url": {"url": anthropic_image_url(block.source, f"{where}.source")}})
+            part_origins.append(where)
         elif block.type == "thinking" and block.thinking is not None:
             reasoning.append(block.thinking)
         elif block.type == "tool_use":
@@ -216,9 +252,10 @@ def _convert_message(msg: Any, out: list[dict]) -> None:
                           "function": {"name": block.name or "", "arguments": json.dumps(block.input or {})}})
         elif block.type == "tool_result":
             if msg.role == "user":
-                _user_tool_result(block, out)
+                _user_tool_result(block, out, where, origins)
             else:
                 parts.append({"type": "text", "text": f"Tool result: {str(block.content) if block.content else ''}"})
+                part_origins.append(where)
     if reasoning:
         converted["reasoning"] = "".join(reasoning)
     if calls:
@@ -227,24 +264,29 @@ def _convert_message(msg: Any, out: list[dict]) -> None:
         converted["content"] = parts[0]["text"] if len(parts) == 1 and parts[0]["type"] == "text" else parts
     if not (msg.role == "user" and "content" not in converted):
         out.append(converted)
+        origins.append((param, part_origins))
 
 
-def _user_tool_result(block: Any, out: list[dict]) -> None:
+def _user_tool_result(block: Any, out: list[dict], param: str, origins: list[tuple[str, list[str]]]) -> None:
     images: list[str] = []
+    image_origins: list[str] = []
     if isinstance(block.content, str):
         text = block.content
     elif isinstance(block.content, list):
         texts = []
-        for item in block.content:
+        for k, item in enumerate(block.content):
             if not isinstance(item, dict):
                 continue
             if item.get("type") == "text":
                 texts.append(item.get("text", ""))
             elif item.get("type") == IMAGE_BLOCK:
-                images.append(anthropic_image_url(item.get("source")))
+                images.append(anthropic_image_url(item.get("source"), f"{param}.content.{k}.source"))
+                image_origins.append(f"{param}.content.{k}")
         text = "\n".join(texts)
     else:
         text = ""
     out.append({"role": "tool", "tool_call_id": block.tool_use_id or "", "content": text or ""})
+    origins.append((param, []))
     if images:
         out.append({"role": "user", "content": [{"type": "image_url", "image_url": {"url": u}} for u in images]})
+        origins.append((param, image_origins))
