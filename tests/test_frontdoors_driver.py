@@ -329,3 +329,11 @@ def test_decode_cut_mid_stream_ends_with_an_error_event_continuing_the_count(wor
                 events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
     assert events[-1]["type"] == "error", events[-1]
     assert [ev["sequence_number"] for ev in events] == list(range(len(events)))
+
+
+def test_wrong_method_on_messages_is_anthropic_shaped(world):
+    r = httpx.get(world.local + "/v1/messages", timeout=30)
+    assert r.status_code == 405 and r.json()["type"] == "error", r.text
+    assert r.json()["error"]["type"] == "invalid_request_error" and "POST" in r.json()["error"]["message"]
+    r = httpx.get(world.local + "/v1/responses", timeout=30)
+    assert r.status_code == 405 and r.json()["error"]["code"] == 405

@@ -190,3 +190,17 @@ def test_messages_errors_name_the_anthropic_block(server):
     bad_source = {"type": "image", "source": {"type": "file", "file_id": "f"}}
     assert param([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
                   {"role": "user", "content": [{"type": "text", "text": "c"}, bad_source]}]) == "messages.2.content.1.source"
+
+
+def test_too_long_prompt_hint_names_each_apis_own_field(server):
+    """A prompt that leaves no room to generate: the hint names the API's own way out, not
+    chat's ``truncate_prompt_tokens``."""
+    url, model = server
+    limit = httpx.get(url + "/v1/models").json()["data"][0]["max_model_len"]
+    text = "hello " * (limit + 10)
+    r = httpx.post(url + "/v1/messages/render", json={"model": model, "max_tokens": 8,
+                                                      "messages": [{"role": "user", "content": text}]})
+    assert r.status_code == 400 and "truncate_prompt_tokens" not in r.json()["error"]["message"], r.text
+    r = httpx.post(url + "/v1/responses/render", json={"input": text})
+    assert r.status_code == 400, r.text
+    assert "truncate_prompt_tokens" not in r.json()["error"]["message"] and "truncation" in r.json()["error"]["message"]

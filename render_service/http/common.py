@@ -83,7 +83,7 @@ def error_response(err: OpenAIError) -> JSONResponse:
 
 async def http_error_response(request: Request, exc: HTTPException) -> JSONResponse:
     """starlette's own errors (no route: 404; a route without this method: 405, with its
-    ``Allow`` header) in the OpenAI error shape. An exception handler of serve, drive and
+    ``Allow`` header) in the OpenAI error shape (Anthropic's on `ANTHROPIC_PATHS`). An exception handler of serve, drive and
     the reference engine."""
     path = request.url.path
     if exc.status_code == 404:
@@ -94,7 +94,15 @@ async def http_error_response(request: Request, exc: HTTPException) -> JSONRespo
     else:
         message = str(exc.detail)
     err = OpenAIError(exc.status_code, message)
+    if path.rstrip("/") in ANTHROPIC_PATHS:  # Anthropic's clients parse Anthropic's shape, even for a 405
+        from ..wire.frontdoors import anthropic_error_body
+
+        return JSONResponse(anthropic_error_body(err), status_code=err.status, headers=exc.headers)
     return JSONResponse(err.body(), status_code=err.status, headers=exc.headers)
+
+
+ANTHROPIC_PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
+"""The routes that answer in Anthropic's error shape (``/v1/messages/render`` is vLLM's, OpenAI-shaped)."""
 
 
 async def read_json(request: Request, max_bytes: int) -> Any:

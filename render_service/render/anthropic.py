@@ -47,6 +47,7 @@ from ..multimodal import anthropic_image_url
 from .chat import render_chat
 from .turns import carry_agent_loop_fields
 from .media import MediaInput
+from .request import TRUNCATE_HINT
 
 BILLING_HEADER = "x-anthropic-billing-header"
 _PASS_FIELDS = ("model", "temperature", "top_p", "top_k", "cache_salt", "kv_transfer_params", "ec_transfer_params",
@@ -204,6 +205,7 @@ def _chat_messages(req: Any, merge_inline_system: bool) -> tuple[list[dict], lis
 def in_messages_terms(err: OpenAIError, req: Any, merge_inline_system: bool) -> OpenAIError:
     """``err`` from the chat render of ``req``'s converted conversation with its ``param``
     (chat's ``messages.N.content.M...``) renamed to the Anthropic block it came from."""
+    err.message = err.message.replace(TRUNCATE_HINT, "Shorten the messages (this API has no truncation).")
     parts = (err.param or "").split(".")
     if len(parts) < 2 or parts[0] != "messages" or not parts[1].isdigit():
         return err

@@ -27,6 +27,10 @@ def refuse_beam_search(req: Any) -> None:
         raise bad_request("use_beam_search is not supported.", "use_beam_search")
 
 
+TRUNCATE_HINT = "Shorten the prompt or set truncate_prompt_tokens."
+"""The end of the too-long-prompt message; the front doors name their own fields instead."""
+
+
 def resolve_max_tokens(bundle: ModelBundle, prompt_len: int, requested: int | None, param: str) -> int:
     """``max_tokens`` per wire brief §2.6, with errors that name both lengths.
 
@@ -42,7 +46,7 @@ def resolve_max_tokens(bundle: ModelBundle, prompt_len: int, requested: int | No
     if prompt_len >= limit:
         raise bad_request(
             f"This model's maximum context length is {limit} tokens, and your prompt contains {prompt_len} "
-            f"input tokens, which leaves no room for output. Shorten the prompt or set truncate_prompt_tokens.",
+            f"input tokens, which leaves no room for output. {TRUNCATE_HINT}",
             "input_tokens",
         )
     room = limit - prompt_len

@@ -35,7 +35,7 @@ from ..wire.openai import ChatCompletionRequest
 from .chat import render_chat
 from .media import MediaInput
 from .turns import carry_agent_loop_fields
-from .request import new_request_id
+from .request import TRUNCATE_HINT, new_request_id
 
 # Responses fields that mean the same in a chat request.
 _SAME_FIELDS = ("model", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
@@ -140,6 +140,7 @@ def in_input_terms(err: OpenAIError, req: Any) -> OpenAIError:
     """``err`` from the chat render of ``req``'s converted conversation with its ``param``
     (``messages.N...``) renamed to the Responses field message N came from (``input.I...``;
     content parts keep their index, `_part` converts them one for one)."""
+    err.message = err.message.replace(TRUNCATE_HINT, 'Shorten the input or set truncation to "auto".')
     param = err.param or ""
     head, _, rest = param.partition(".")
     if head != "messages":

@@ -330,6 +330,8 @@ class FrontDoorPipeHeader(BaseModel):
 
 # -- errors in each API's shape -------------------------------------------------------
 
+# vLLM 0.33's table (entrypoints/anthropic/protocol.py), 503 → overloaded_error included (Anthropic itself
+# documents that type for 529); kept for parity with vLLM's /v1/messages.
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                     404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
                     503: "overloaded_error", 529: "overloaded_error"}
