@@ -36,16 +36,6 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def _json_dict(value: str) -> dict:
-    try:
-        parsed = json.loads(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
-    if not isinstance(parsed, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object")
-    return parsed
-
-
 def _context_length(value: str) -> int:
     """``8192``, ``8k``, ``1m`` (vLLM accepts k/m/g suffixes)."""
     scale = {"k": 1024, "m": 1024**2, "g": 1024**3}
@@ -79,6 +69,7 @@ def port_type(value: str) -> int:
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """The model flags ``serve`` and ``drive`` share (read back by `serve_config_from_args`)."""
+    from .launch_compat import json_object
     p.add_argument("--model", default=None,
                    help="HF tokenizer dir, .gguf file or hub id (default: embedded SmolLM2-135M-Instruct GGUF)")
     p.add_argument("--served-model-name", nargs="+", default=None, help="names accepted in `model`; first is reported")
@@ -88,7 +79,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reasoning-parser", default=None, help="e.g. qwen3, deepseek_r1, auto")
     p.add_argument("--tool-call-parser", default=None, help="e.g. hermes, llama3_json, auto")
     p.add_argument("--enable-auto-tool-choice", action="store_true", help="required for any tool parser to be active")
-    p.add_argument("--default-chat-template-kwargs", type=_json_dict, default=None,
+    p.add_argument("--default-chat-template-kwargs", type=json_object, default=None,
                    help='JSON, e.g. {"enable_thinking": false}')
     p.add_argument("--tokenizer-backend", choices=("auto", "hf", "fast"), default="auto",
                    help="auto: the fast backend only where proven equal to HF for this tokenizer")

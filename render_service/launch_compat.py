@@ -30,7 +30,8 @@ _NOOP_PREFIX = "vllm_noop__"
 GENERATION_CONFIG_KEYS = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p", "max_new_tokens")
 
 
-def _json_object(value: str) -> dict:
+def json_object(value: str) -> dict:
+    """argparse type: a JSON object (flags such as `--override-generation-config`)."""
     try:
         parsed = json.loads(value)
     except ValueError as exc:
@@ -49,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "still comes from MODEL")
     g.add_argument("--generation-config", default="auto",
                    help="auto: MODEL's generation_config.json; vllm: none; or a folder holding one")
-    g.add_argument("--override-generation-config", type=_json_object, default=None,
+    g.add_argument("--override-generation-config", type=json_object, default=None,
                    help='JSON merged over the generation config, e.g. {"temperature": 0.5}')
     g.add_argument("--chat-template-content-format", choices=("auto", "string", "openai"), default="auto",
                    help="how message content reaches the template; auto detects it from the template")
