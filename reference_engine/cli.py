@@ -51,14 +51,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def build_backend(args: argparse.Namespace) -> Backend:
-    """The backend the flags ask for. Raises ValueError / RuntimeError with a readable cause."""
+    """The backend the flags ask for. Raises ValueError / RuntimeError with a readable cause
+    (`selfcheck.BackendCheckError` when llama.cpp cannot run on this CPU)."""
     if args.scripted:
         from .scripted import ScriptedBackend
 
         return ScriptedBackend.from_file(args.scripted)
     from .llama_backend import LlamaBackend, resolve_model_path
 
-    return LlamaBackend(resolve_model_path(args.model), n_ctx=args.n_ctx, n_threads=args.n_threads)
+    # The self-check inside picks the weight layout this CPU runs, or refuses here with one line:
+    # never a crash on the first request.
+    backend = LlamaBackend(resolve_model_path(args.model), n_ctx=args.n_ctx, n_threads=args.n_threads)
+    if backend.layout_note:
+        print(f"render-service engine: {backend.layout_note}", file=sys.stderr, flush=True)
+    return backend
 
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:

@@ -60,6 +60,46 @@ def _fingerprint(path: str) -> str:
     return f"gguf:{os.path.getsize(path)}:{h.hexdigest()[:16]}"
 
 
+def load_llama(model_path: str, n_ctx: int, n_threads: int, extra_buffers: bool = True):
+    """A ``llama_cpp.Llama`` for ``model_path``.
+
+    ``extra_buffers`` is llama.cpp's ``llama_model_params.use_extra_bufts``: at load, llama.cpp
+    moves weights into "extra" CPU buffer types (AMX tiles, repacked layouts). On a CPU that
+    reports AMX, a llama.cpp built with native flags (pip's default for llama-cpp-python) puts
+    them in the AMX buffer, whose matmul faults at ``ldtilecfg`` where the hypervisor does not
+    enable the tile state; ``False`` keeps them in plain CPU buffers, which every build runs.
+    `selfcheck.choose_buffers` decides which one this machine gets. ``Llama()`` does not take
+    the field as an argument, so the default params it starts from are adjusted for the call.
+
+    Raises:
+        RuntimeError: llama-cpp-python is not installed.
+        ValueError: llama.cpp cannot load the file.
+    """
+    try:
+        import llama_cpp
+        from llama_cpp import llama_cpp as lib
+    except ImportError:
+        raise RuntimeError("llama-cpp-python is not installed: pip install 'render-service[engine]'") from None
+    default_params = lib.llama_model_default_params
+
+    def params_with_layout():
+        params = default_params()
+        if any(name == "use_extra_bufts" for name, *_ in type(params)._fields_):
+            params.use_extra_bufts = extra_buffers
+        return params
+
+    with _LOAD_LOCK:
+        lib.llama_model_default_params = params_with_layout
+        try:
+            return llama_cpp.Llama(model_path=model_path, n_ctx=n_ctx, n_threads=n_threads,
+                                   n_threads_batch=n_threads, logits_all=False, verbose=False)
+        finally:
+            lib.llama_model_default_params = default_params
+
+
+_LOAD_LOCK = threading.Lock()
+
+
 class LlamaSession:
     """Samples one token per `next_token`, evaluating the previous one first (so the last
     token of a request is never evaluated)."""
@@ -99,21 +139,27 @@ class LlamaBackend:
         model_path: GGUF file.
         n_ctx: context length in tokens (also ``max_model_len``).
         n_threads: CPU threads for decode and prompt evaluation.
+        extra_buffers: llama.cpp's extra weight buffers (see `load_llama`); None: what the start-up
+            self-check finds this machine runs (`selfcheck.choose_buffers_once`; why, in ``layout_note``).
     Raises:
         RuntimeError: llama-cpp-python is not installed (``pip install render-service[engine]``).
+        selfcheck.BackendCheckError: llama.cpp cannot run on this CPU (one line naming the signal).
     """
 
-    def __init__(self, model_path: str, n_ctx: int = 2048, n_threads: int = 2):
+    def __init__(self, model_path: str, n_ctx: int = 2048, n_threads: int = 2, extra_buffers: bool | None = None):
         try:
             import llama_cpp
             from llama_cpp import _internals
         except ImportError:
             raise RuntimeError("llama-cpp-python is not installed: pip install 'render-service[engine]'") from None
         self._lib, self._internals = llama_cpp, _internals
-        self.llm = llama_cpp.Llama(
-            model_path=model_path, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
-            logits_all=False, verbose=False,
-        )
+        self.layout_note = ""
+        if extra_buffers is None:
+            from .selfcheck import choose_buffers_once
+
+            layout, self.layout_note = choose_buffers_once(model_path, n_threads)
+            extra_buffers = layout == "extra"
+        self.llm = load_llama(model_path, n_ctx=n_ctx, n_threads=n_threads, extra_buffers=extra_buffers)
         self.source = self.default_name = model_path
         self.model_id = _fingerprint(model_path)
         eot = llama_cpp.llama_vocab_eot(self.llm._model.vocab)

@@ -4,7 +4,10 @@
         httpx.post(eng.url + "/inference/v1/generate", json=...)
 
 The child is ``python -m reference_engine`` with this checkout on ``PYTHONPATH``; it is
-terminated (then killed) on exit. `kill()` simulates a crashed engine.
+terminated (then killed) on exit. `kill()` simulates a crashed engine. An engine that dies on
+its own (a signal, an exit) is reported with how it ended and its last output — at start-up,
+through `check_alive()`, and when the ``with`` block ends — instead of leaving the caller
+with a bare "connection refused".
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from .selfcheck import describe_exit
 
 _REPO = Path(__file__).resolve().parents[2]
 
@@ -57,6 +62,7 @@ class EngineProcess:
         self.args = [sys.executable, "-m", "reference_engine", "--role", role, "--port", str(self.port), *args]
         self.startup_timeout = startup_timeout
         self.proc: subprocess.Popen | None = None
+        self._ended_by_us = False
 
     def __enter__(self) -> "EngineProcess":
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")])))
@@ -65,12 +71,25 @@ class EngineProcess:
         if wait_healthy(self.proc, self.url, self.startup_timeout):
             return self
         if self.proc.poll() is not None:
-            raise RuntimeError(f"engine exited with {self.proc.returncode}: {self.output()[-2000:]}")
+            raise RuntimeError(f"engine {describe_exit(self.proc.returncode)} at start-up: {self.output()[-2000:]}")
         self.kill()
         raise RuntimeError(f"engine on port {self.port} did not become healthy in {self.startup_timeout}s")
 
     def __exit__(self, *exc) -> None:
+        died = self.proc is not None and not self._ended_by_us and self.proc.poll() is not None
         self.stop()
+        if died:  # raised from inside the block too: this names the cause of whatever failed there
+            raise RuntimeError(self.death_notice())
+
+    def check_alive(self) -> None:
+        """Raise RuntimeError naming how the engine ended (signal or exit code) if it is gone."""
+        if self.proc is not None and not self._ended_by_us and self.proc.poll() is not None:
+            raise RuntimeError(self.death_notice())
+
+    def death_notice(self) -> str:
+        """``engine on port P was killed by SIGSEGV (signal 11); last output: …``."""
+        return (f"engine on port {self.port} {describe_exit(self.proc.returncode)} while in use; "
+                f"last output: {self.output()[-1500:]}")
 
     def output(self) -> str:
         """Everything the process printed so far."""
@@ -79,6 +98,7 @@ class EngineProcess:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 5 s."""
+        self._ended_by_us = True
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -88,6 +108,7 @@ class EngineProcess:
 
     def kill(self) -> None:
         """SIGKILL and reap (a crashed engine)."""
+        self._ended_by_us = True
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
