@@ -195,6 +195,9 @@ def _run(args: argparse.Namespace) -> int:
         results = [_bench_workload(args, w, targets, tokenizer) for w in workloads]
     finally:
         for server in spawned:
+            notice = server.death_notice()
+            if notice:  # its requests failed as connection errors; say why
+                _warn(notice)
             server.stop()
     doc = {"schema": SCHEMA, "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
            "argv": sys.argv, "tokenizer": tokenizer.source,

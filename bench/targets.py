@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 
+from reference_engine.selfcheck import describe_exit
 from reference_engine.testing import free_port, wait_healthy
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -181,13 +182,19 @@ class SpawnedServer:
         if wait_healthy(self.proc, self.url, timeout, interval=0.2):
             return
         if self.proc.poll() is not None:
-            raise TargetError(f"spawned server exited with {self.proc.returncode}: {self.output()[-1500:]}")
+            raise TargetError(f"spawned server {describe_exit(self.proc.returncode)}: {self.output()[-1500:]}")
         self.stop()
         raise TargetError(f"spawned server on port {self.port} was not healthy after {timeout:.0f} s: {self.output()[-1500:]}")
 
     def output(self) -> str:
         self._log.seek(0)
         return self._log.read().decode("utf-8", "replace")
+
+    def death_notice(self) -> str | None:
+        """How the server ended if it died on its own (``… was killed by SIGSEGV (signal 11)``), else None."""
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        return f"spawned server {self.url} {describe_exit(self.proc.returncode)}; last output: {self.output()[-800:]}"
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 10 s."""

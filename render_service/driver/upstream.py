@@ -43,11 +43,16 @@ class HopError(OpenAIError):
 def error_from_exception(hop: str, url: str, exc: httpx.HTTPError) -> HopError:
     """httpx transport error → `HopError` (503 connect, 504 timeout, 502 otherwise)."""
     detail = str(exc) or type(exc).__name__
+    engine = hop in ("prefill", "decode")
     if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
-        return HopError(hop, 503, f"{hop} hop failed: cannot connect to {url} ({detail}).", unreachable=True)
+        hint = (" Nothing accepts connections there: if the engine was running, its process has exited (its log or "
+                "exit status names the signal, e.g. SIGSEGV).") if engine else ""
+        return HopError(hop, 503, f"{hop} hop failed: cannot connect to {url} ({detail}).{hint}", unreachable=True)
     if isinstance(exc, httpx.TimeoutException):
         return HopError(hop, 504, f"{hop} hop failed: {url} did not answer in time ({type(exc).__name__}).")
-    return HopError(hop, 502, f"{hop} hop failed: the connection to {url} broke ({type(exc).__name__}: {detail}).")
+    hint = (" An engine process that dies mid-request (a crash such as SIGSEGV) looks like this: check its log and "
+            "exit status.") if engine and isinstance(exc, httpx.RemoteProtocolError) else ""
+    return HopError(hop, 502, f"{hop} hop failed: the connection to {url} broke ({type(exc).__name__}: {detail}).{hint}")
 
 
 def upstream_message(content: bytes) -> tuple[str, dict]:
