@@ -307,6 +307,23 @@ def check_parser_names(reasoning: str | None, tool: str | None) -> None:
             raise StartupCheckError(f"invalid choice for {flag}: {name!r} (choose from auto, {', '.join(known)})")
 
 
+def check_tool_parser_flags(tool: str | None, auto_tool_choice: bool) -> None:
+    """``--enable-auto-tool-choice`` needs a ``--tool-call-parser`` (refused here, before the model
+    loads); a parser without ``--enable-auto-tool-choice`` starts but reads only the requests that
+    force a call, which is rarely what an operator meant: one warning line says so.
+
+    Raises:
+        StartupCheckError: ``--enable-auto-tool-choice`` without ``--tool-call-parser``.
+    """
+    if auto_tool_choice and not tool:
+        raise StartupCheckError("--enable-auto-tool-choice requires --tool-call-parser NAME (or auto)")
+    if tool and not auto_tool_choice:
+        log.warning("--tool-call-parser %s without --enable-auto-tool-choice: tool calls are parsed only for "
+                    "requests with tool_choice \"required\" or a named function; tool_choice \"auto\" (the default "
+                    "when a request sends tools) is refused with 400, as in vLLM. Add --enable-auto-tool-choice to "
+                    "parse the calls a model makes on its own.", tool)
+
+
 def check_chat_template(value: str | None) -> None:
     """A ``--chat-template`` that is not inline Jinja must be a readable file."""
     if not value or "{{" in value or "{%" in value:
@@ -342,6 +359,7 @@ def preflight(args: argparse.Namespace, config) -> None:
     load_plugin(config.tool_parser_plugin, "--tool-parser-plugin")
     load_plugin(config.reasoning_parser_plugin, "--reasoning-parser-plugin")
     check_parser_names(config.reasoning_parser, config.tool_call_parser)
+    check_tool_parser_flags(config.tool_call_parser, config.enable_auto_tool_choice)
     check_chat_template(config.chat_template)
     if config.generation_config not in ("auto", "vllm") and not Path(config.generation_config).is_dir():
         raise StartupCheckError(f"--generation-config {config.generation_config}: expected auto, vllm or a folder")

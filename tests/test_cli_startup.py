@@ -106,3 +106,41 @@ def test_serve_loads_neither_bench_nor_engine():
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'bench', 'reference_engine'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60).stdout
     assert out.strip().splitlines()[-1] == "[]"
+
+
+# What `serve` may import before its arguments are checked: --help and a flag error answer at
+# once even on a loaded box (they took 9-17 s when the model stack was imported first).
+_HEAVY = {"numpy", "numba", "PIL", "tokenizers", "transformers", "jinja2", "fastokens", "parsers", "uvicorn"}
+
+
+@pytest.mark.parametrize("argv", [["serve", "--help"], ["serve", "--port", "0"], ["serve", "--no-such-flag"]])
+def test_serve_checks_arguments_before_heavy_imports(argv):
+    code = ("import sys\nfrom render_service.cli import main\n"
+            f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(_HEAVY)!r})))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stderr[-2000:]
+
+
+def test_auto_tool_choice_without_a_parser_is_refused_before_the_model_loads(tmp_path):
+    missing = tmp_path / "no-such-model"
+    done = subprocess.run([sys.executable, "-m", "render_service.cli", "serve", str(missing), "--enable-auto-tool-choice",
+                           "--host", "127.0.0.1", "--port", str(free_port())],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 2
+    assert "--enable-auto-tool-choice requires --tool-call-parser" in done.stderr
+    assert str(missing) not in done.stderr  # refused before anything tried to load the model
+
+
+def test_a_tool_parser_without_auto_tool_choice_warns(caplog):
+    from render_service.launch_compat import check_tool_parser_flags
+
+    with caplog.at_level("WARNING", logger="render_service"):
+        check_tool_parser_flags("hermes", False)
+    assert len(caplog.records) == 1
+    assert "--tool-call-parser hermes without --enable-auto-tool-choice" in caplog.records[0].getMessage()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="render_service"):
+        check_tool_parser_flags("hermes", True)
+        check_tool_parser_flags(None, False)
+    assert not caplog.records

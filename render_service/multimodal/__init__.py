@@ -6,12 +6,19 @@ Public surface:
 - `load_processor` (processors/): the family processor for a model directory, or None.
 """
 
-from .media import MediaLimits
-from .parts import anthropic_image_url, chat_media_part, image_part
-from .pipeline import LoadedItem, MediaPart, MultimodalConfig, MultimodalRenderer
-from .processors import FAMILIES, load_processor
+import importlib
 
-__all__ = [
-    "FAMILIES", "LoadedItem", "MediaLimits", "MediaPart", "MultimodalConfig", "MultimodalRenderer",
-    "anthropic_image_url", "chat_media_part", "image_part", "load_processor",
-]
+# Loaded on first use (PEP 562): a text model, `serve --help` and the flag table never pay for
+# Pillow, NumPy and numba.
+_HOMES = {
+    "MediaLimits": "media", "anthropic_image_url": "parts", "chat_media_part": "parts", "image_part": "parts",
+    "LoadedItem": "pipeline", "MediaPart": "pipeline", "MultimodalConfig": "pipeline", "MultimodalRenderer": "pipeline",
+    "FAMILIES": "processors", "load_processor": "processors",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)

@@ -18,6 +18,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from ..errors import bad_request
+from .defaults import DEFAULT_MAX_IMAGE_PIXELS
 
 # vLLM's ALLOWED_IMAGE_FORMATS: in-process raster readers only (no EPS/Ghostscript, WMF, stubs).
 ALLOWED_IMAGE_FORMATS = (
@@ -25,7 +26,6 @@ ALLOWED_IMAGE_FORMATS = (
     "IM", "IMT", "IPTC", "JPEG", "JPEG2000", "MCIDAS", "MSP", "PCD", "PCX", "PIXAR", "PNG", "PPM", "PSD",
     "QOI", "SGI", "SPIDER", "SUN", "TGA", "TIFF", "WEBP", "XBM", "XPM", "XVTHUMB",
 )
-DEFAULT_MAX_IMAGE_PIXELS = 178_956_970   # vLLM's VLLM_MAX_IMAGE_PIXELS
 BACKGROUND = (255, 255, 255)
 _ORIENTATION = 0x0112   # EXIF Orientation tag
 

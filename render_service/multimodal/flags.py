@@ -10,12 +10,7 @@ import argparse
 import json
 from typing import Any
 
-from .decode import DEFAULT_MAX_IMAGE_PIXELS
-from .hashing import ALGORITHMS
-from .media import MediaLimits
-from .pipeline import MultimodalConfig
-
-DEFAULT_LIMIT_PER_PROMPT = {"image": 32, "video": 4}
+from .defaults import DEFAULT_LIMIT_PER_PROMPT, DEFAULT_MAX_IMAGE_PIXELS, HASH_ALGORITHMS
 
 
 def _limits(value: str) -> dict:
@@ -47,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--mm-hash-model-id", default=None,
                    help="model id mm_hashes are computed with: the model path the engine was started with "
                         "(default: --model as given, as vLLM does)")
-    g.add_argument("--mm-hasher-algorithm", choices=tuple(ALGORITHMS), default="blake3")
+    g.add_argument("--mm-hasher-algorithm", choices=HASH_ALGORITHMS, default="blake3")
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -67,8 +62,11 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def from_serve_config(config: Any) -> MultimodalConfig:
+def from_serve_config(config: Any):
     """The `MultimodalConfig` of a `ServeConfig` (model id: ``--mm-hash-model-id`` or ``--model`` as given)."""
+    from .media import MediaLimits
+    from .pipeline import MultimodalConfig
+
     return MultimodalConfig(
         model_id=config.mm_hash_model_id or config.model or "",
         limits=MediaLimits(

@@ -22,8 +22,10 @@ from collections.abc import Iterator
 import numpy as np
 from blake3 import blake3
 
+from .defaults import HASH_ALGORITHMS
+
 _NONE, _SEQ, _MAP, _LEAF = b"\x00", b"\x01", b"\x02", b"\x03"
-ALGORITHMS = {"blake3": blake3, "sha256": hashlib.sha256, "sha512": hashlib.sha512}
+ALGORITHMS = dict(zip(HASH_ALGORITHMS, (blake3, hashlib.sha256, hashlib.sha512)))
 
 
 def _length(n: int) -> bytes:
