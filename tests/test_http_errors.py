@@ -56,6 +56,20 @@ def test_unknown_route_and_wrong_method(request, server):
     assert r.headers["allow"] == "POST"
 
 
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions", "/v1/responses"])
+def test_a_generation_route_on_serve_points_to_drive(serve_url, path):
+    err = openai_error(httpx.post(serve_url + path, json=CHAT), 404)  # still a 404: routers probe routes
+    assert err["type"] == "NotFoundError"
+    assert "render-service drive" in err["message"] and f"{path}/render" in err["message"]
+
+
+def test_messages_on_serve_points_to_drive_in_anthropics_shape(serve_url):
+    r = httpx.post(serve_url + "/v1/messages", json=CHAT)
+    assert r.status_code == 404
+    body = r.json()
+    assert body["type"] == "error" and "render-service drive" in body["error"]["message"]
+
+
 def test_drive_load_counts_requests_in_flight(drive_url):
     r = httpx.get(drive_url + "/load")
     assert r.status_code == 200 and r.json() == {"server_load": 0}

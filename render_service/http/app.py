@@ -100,6 +100,16 @@ def _multimodal_renderer(bundle, config: ServeConfig, run_cpu):
     return MultimodalRenderer(processor, from_serve_config(config), ids, run_cpu)
 
 
+GENERATION_HINTS = {
+    path: (f"This is the render tier: it renders ({path}/render) and derenders ({path}/derender) but does not "
+           f"generate. For an OpenAI endpoint that generates, run `render-service drive` (render -> prefill -> "
+           f"decode -> derender over tokens-only engines), which serves {path}.")
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages")
+}
+"""The 404 of a generation route on ``serve`` says where generation is (vLLM's render server
+answers a bare 404 there; ours keeps the status, so routers probing routes see the same)."""
+
+
 def create_app(bundle, config: ServeConfig) -> Starlette:
     """The render server for ``bundle`` (a `ModelBundle`) configured by ``config``."""
     ctx = AppContext(bundle=bundle, config=config)
@@ -131,4 +141,5 @@ def create_app(bundle, config: ServeConfig) -> Starlette:
     if config.api_key:
         app.add_middleware(ApiKeyMiddleware, keys=config.api_key)
     app.state.ctx = ctx
+    app.state.not_found_hints = GENERATION_HINTS
     return app

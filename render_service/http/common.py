@@ -88,6 +88,9 @@ async def http_error_response(request: Request, exc: HTTPException) -> JSONRespo
     path = request.url.path
     if exc.status_code == 404:
         message = f"Not Found: no route {path} on this server."
+        hint = getattr(request.app.state, "not_found_hints", {}).get(path.rstrip("/"))
+        if hint:
+            message = f"{message} {hint}"
     elif exc.status_code == 405:
         allowed = (exc.headers or {}).get("Allow", "")
         message = f"Method Not Allowed: {request.method} {path}" + (f"; it takes {allowed}." if allowed else ".")
