@@ -130,3 +130,15 @@ class TestRealModel:
         assert done.returncode == 2
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("render-service engine: error: llama.cpp self-check"), lines
+
+
+@pytest.mark.parametrize("exc, status, words", [
+    (httpx.ConnectError("All connection attempts failed"), 503, "process has exited"),
+    (httpx.RemoteProtocolError("Server disconnected without sending a response."), 502, "SIGSEGV"),
+])
+def test_drive_names_a_dead_engine_as_the_likely_cause(exc, status, words):
+    from render_service.driver.upstream import error_from_exception
+
+    err = error_from_exception("decode", "http://127.0.0.1:9", exc)
+    assert err.status == status and words in err.message
+    assert words not in error_from_exception("render", "http://127.0.0.1:9", exc).message
