@@ -297,10 +297,10 @@ def _split(total: int | None, parts: int, i: int) -> int | None:
 
 
 def _bench_workload(args, workload: Workload, targets: list[Target], tokenizer) -> dict:
-    duration = args.duration or workload.default_duration()
     first = targets[0].url
     probe = Probe(tokenizer, args.model, lambda path, body: post_json(first, path, body), _warn)
     workload.prepare(probe)
+    warm_rates = []  # calls/s one session got in the warm-up: how fast this box is right now
     if args.warmup:
         for t in targets:
             warm, _ = _phase(args, t, workload, LoadSpec(concurrency=1), Bounds(60.0, args.warmup, args.timeout),
@@ -308,9 +308,13 @@ def _bench_workload(args, workload: Workload, targets: list[Target], tokenizer) 
             if warm.ok == 0 and warm.issued:
                 key, sample = next(iter(warm.error_samples.items()))
                 _warn(f"{workload.name}: every warm-up request to {t.name} failed ({key}: {sample[:200]})")
+            elif warm.ok and warm.elapsed > 0:
+                warm_rates.append(warm.ok / warm.elapsed)
     main_load = None
     if args.request_rate is not None or args.concurrency is not None or not args.sweep:
         main_load = LoadSpec(rate=args.request_rate) if args.request_rate else LoadSpec(concurrency=args.concurrency or 4)
+    sessions = (main_load.concurrency if main_load and main_load.concurrency else None) or 4
+    duration = args.duration or workload.default_duration(min(warm_rates, default=None), sessions)
     result = {"workload": workload.name, "unit": workload.unit, "params": workload.params(), "duration_s": duration,
               "load": main_load.as_dict() if main_load else None,
               "targets": [t.describe() for t in targets], "runs": [], "comparison": {}, "sweep": [], "slo": None,

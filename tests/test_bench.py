@@ -337,3 +337,16 @@ def test_default_duration_lets_every_stream_finish():
     assert stream(80).default_duration() == 10.0
     assert WORKLOADS["derender"](1600).default_duration() == 10.0
     assert Workload().default_duration() == 10.0
+
+
+def test_default_stream_duration_is_sized_to_the_box_by_the_warm_up(monkeypatch):
+    """On a busy 2-core box one session got far less than 80 chunks/s, and the default run
+    finished no 1,600-token stream: the warm-up's own rate now sizes the run."""
+    from bench.workloads import WORKLOADS
+
+    stream = WORKLOADS["stream-derender"](1600)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    slow = stream.default_duration(calls_per_s=40.0, sessions=4)  # 4 sessions on 2 cores: 13.3 chunks/s each
+    assert slow / 2 >= 1600 / (40.0 * 2 / 4)  # each round fits a whole stream at the shared rate
+    assert stream.default_duration(calls_per_s=4000.0, sessions=4) == 10.0
+    assert stream.default_duration(calls_per_s=1.0, sessions=4) == stream.MAX_DEFAULT_S

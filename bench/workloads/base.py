@@ -129,8 +129,10 @@ class Workload:
         """Longest prompt + output this workload sends, in tokens (for a spawned server)."""
         return 8192
 
-    def default_duration(self) -> float:
-        """Seconds per target per measurement when ``--duration`` is not given."""
+    def default_duration(self, calls_per_s: float | None = None, sessions: int = 4) -> float:
+        """Seconds per target per measurement when ``--duration`` is not given. ``calls_per_s``:
+        what one session got in the warm-up on this box (None without a warm-up); ``sessions``:
+        how many run at once in the measurement."""
         return 10.0
 
     def summarise(self, samples: list[tuple[float, dict]]) -> dict:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from collections import Counter
@@ -166,13 +167,20 @@ class StreamDerender(_DerenderBase):
     unit = "stream"
 
     # Chunks per second one session is sure to get on a busy 2-core machine (4 sessions share
-    # ~400-900 calls/s there): each round must let every session stream the whole call, or the
-    # late positions are never measured and no stream finishes.
+    # ~400-900 calls/s there) when no warm-up measured the box: each round must let every session
+    # stream the whole call, or the late positions are never measured and no stream finishes.
     SLOW_CHUNKS_PER_S = 80
+    MAX_DEFAULT_S = 600.0
 
-    def default_duration(self) -> float:
-        """Two rounds that each fit one whole stream per session: 40 s for a 1,600-token call."""
-        return max(10.0, 2 * self.call_tokens / self.SLOW_CHUNKS_PER_S)
+    def default_duration(self, calls_per_s: float | None = None, sessions: int = 4) -> float:
+        """Two rounds that each fit one whole stream per session, sized to this box: the warm-up's
+        chunk rate for one session, shared by ``sessions`` over the machine's cores, with 1.5x
+        headroom (40 s for a 1,600-token call at the 80 chunks/s assumed without a warm-up);
+        at most `MAX_DEFAULT_S` — past that the run warns that streams did not finish."""
+        per_session = self.SLOW_CHUNKS_PER_S
+        if calls_per_s:
+            per_session = calls_per_s * min(1.0, (os.cpu_count() or 1) / sessions) / 1.5
+        return min(self.MAX_DEFAULT_S, max(10.0, 2 * self.call_tokens / per_session))
 
     def positions(self) -> list[int]:
         """Window starts in the tool call: 0, L/4, L/2, 3L/4 (0/400/800/1200 for L=1600)."""
