@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import ServeConfig
+from .serve.config import ServeConfig
 from .errors import bad_request
 from .wire.validate import check_types
 

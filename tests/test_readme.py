@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from conftest import serve_app
-from render_service import cli
+from render_service.serve import cli
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -30,7 +30,7 @@ def _serve_parser() -> argparse.ArgumentParser:
 
 def test_render_sample_is_what_the_server_answers():
     """The sample is `render-service serve`'s answer (its flag defaults, e.g. --cohere-format)."""
-    from render_service.server import StartupError, build_app
+    from render_service.serve.server import StartupError, build_app
 
     curl = next(b for b in _blocks("bash") if "/v1/chat/completions/render" in b and "demo-001" in b)
     body = json.loads(re.search(r"-d '(.*?)'", curl, flags=re.S).group(1))

@@ -87,7 +87,7 @@ class OurServer:
 
     def __init__(self, recording: dict) -> None:
         exe = shutil.which("render-service")
-        cmd = [exe] if exe else [sys.executable, "-m", "render_service.cli"]
+        cmd = [exe] if exe else [sys.executable, "-m", "render_service.serve.cli"]
         self.port = free_port()
         self.proc = subprocess.Popen(
             [*cmd, "serve", str(MODELS / recording["model"]), "--host", "127.0.0.1", "--port", str(self.port),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import ServeConfig
+from ..serve.config import ServeConfig
 from ..errors import bad_request
 from .. import policy
 from ..policy import skip_special_tokens

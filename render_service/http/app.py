@@ -11,7 +11,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..config import ServeConfig
+from ..serve.config import ServeConfig
 from ..errors import OpenAIError
 from .admission import AdmissionMiddleware
 from .cancel import ClientGoneMiddleware

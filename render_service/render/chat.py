@@ -12,7 +12,7 @@ from typing import Any
 from parsers import api as parsers_api
 
 from .. import policy
-from ..config import ServeConfig
+from ..serve.config import ServeConfig
 from ..errors import bad_request
 from ..model import ModelBundle
 from ..model.template_sandbox import request_template

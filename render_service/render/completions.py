@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import ServeConfig
+from ..serve.config import ServeConfig
 from ..errors import bad_request, check_token_ids
 from ..model import ModelBundle
 from ..policy import skip_special_tokens

@@ -29,7 +29,7 @@ from typing import Any
 from ..errors import OpenAIError, bad_request
 from ..wire.validate import validate
 from ..model import ModelBundle
-from ..config import ServeConfig
+from ..serve.config import ServeConfig
 from ..wire.frontdoors import ResponsesRequest
 from ..wire.openai import ChatCompletionRequest
 from .chat import render_chat
