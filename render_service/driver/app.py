@@ -35,10 +35,10 @@ from starlette.routing import Route
 from ..errors import OpenAIError, bad_request
 from ..http import info_routes
 from ..http.common import JSONResponse, error_response, http_error_response, read_json
-from ..wire.frontdoors import error_body
+from ..doors.wire import error_body
 from .drain import Drain, answer_cut, shutting_down
 from .flow import Driver
-from .frontdoors import FrontDoorFlow
+from .doors import FrontDoorFlow
 from .legs import RequestScope
 from .responder import Responder
 from .upstream import error_from_exception

@@ -46,7 +46,7 @@ import orjson
 from ..errors import OpenAIError, bad_request
 from ..render import new_request_id
 from .config import DriverConfig
-from .frontdoors import KINDS as FRONT_DOORS, FrontDoorFlow
+from .doors import KINDS as FRONT_DOORS, FrontDoorFlow
 from .conversations import KVReuse
 from .hops import LocalHops, RemoteHops
 from .legs import Attempts, Collected, Leg, RequestScope

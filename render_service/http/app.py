@@ -24,7 +24,7 @@ ROUTE_MODULES = (
     "render_service.http.render_routes",
     "render_service.http.derender_routes",
     "render_service.http.info_routes",
-    "render_service.http.frontdoor_routes",
+    "render_service.http.door_routes",
 )
 # vLLM guards /v1, /v2 and /inference; our short aliases of /v1 routes are guarded too.
 _GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/render", "/derender")

@@ -98,7 +98,7 @@ async def http_error_response(request: Request, exc: HTTPException) -> JSONRespo
         message = str(exc.detail)
     err = OpenAIError(exc.status_code, message)
     if path.rstrip("/") in ANTHROPIC_PATHS:  # Anthropic's clients parse Anthropic's shape, even for a 405
-        from ..wire.frontdoors import anthropic_error_body
+        from ..doors.wire import anthropic_error_body
 
         return JSONResponse(anthropic_error_body(err), status_code=err.status, headers=exc.headers)
     return JSONResponse(err.body(), status_code=err.status, headers=exc.headers)

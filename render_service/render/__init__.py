@@ -13,7 +13,7 @@ response in ``derender/``.
 """
 
 from .chat import render_chat
-from .completions import render_completion
+from ..doors.completions import render_completion
 from .request import new_request_id, resolve_max_tokens
 
 __all__ = ["new_request_id", "render_chat", "render_completion", "resolve_max_tokens"]

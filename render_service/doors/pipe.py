@@ -16,11 +16,11 @@ import pydantic
 
 from ..errors import OpenAIError, bad_request
 from ..wire import sse
-from ..wire.frontdoors import FrontDoorPipeHeader, stream_error_event
+from .wire import FrontDoorPipeHeader, stream_error_event
 from ..wire.generate import GenerateResponse
-from .frontdoors import FrontDoorSession
-from .pipe import PipeSession
-from .service import Derenderer
+from .session import FrontDoorSession
+from ..derender.pipe import PipeSession
+from ..derender.service import Derenderer
 
 
 def _events(events: list[dict]) -> bytes:

@@ -28,16 +28,16 @@ import time
 from typing import Any
 
 from ..errors import OpenAIError, bad_request
-from ..render.anthropic import messages_to_chat
-from ..render.responses import responses_to_chat
+from .messages.render import messages_to_chat
+from .responses.render import responses_to_chat
 from ..wire.derender import ChatRequestFields
 from ..wire.generate import GenChoice, GenerateResponse
-from .anthropic import AnthropicMessage, AnthropicStream
-from .assemble import response_id
-from .choice import ChoiceStream, Delta
-from .plan import Plan, chat_plan
-from .responses import ResponsesStream, response_envelope
-from .service import Derenderer
+from .messages.events import AnthropicMessage, AnthropicStream
+from ..derender.assemble import response_id
+from ..derender.choice import ChoiceStream, Delta
+from ..derender.plan import Plan, chat_plan
+from .responses.events import ResponsesStream, response_envelope
+from ..derender.service import Derenderer
 
 
 class FrontDoorSession:

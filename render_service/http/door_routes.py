@@ -21,16 +21,16 @@ from typing import Any
 from starlette.requests import Request
 from starlette.routing import Route
 
-from ..derender.frontdoor_pipe import FrontDoorPipe
-from ..derender.frontdoors import FrontDoorDerenderer
+from ..doors.pipe import FrontDoorPipe
+from ..doors.session import FrontDoorDerenderer
 from ..derender.service import Derenderer
 from ..errors import OpenAIError
-from ..render.anthropic import count_tokens as anthropic_count_tokens
-from ..render.anthropic import in_messages_terms, messages_to_chat, render_messages
+from ..doors.messages.render import count_tokens as anthropic_count_tokens
+from ..doors.messages.render import in_messages_terms, messages_to_chat, render_messages
 from ..render.media import MediaInput, chat_media_parts, load_media_input, mm_payload
 from ..render.request import new_request_id
-from ..render.responses import in_input_terms, render_responses, responses_to_chat
-from ..wire.frontdoors import (AnthropicCountTokensRequest, AnthropicMessagesRequest, DerenderMessagesRequest,
+from ..doors.responses.render import in_input_terms, render_responses, responses_to_chat
+from ..doors.wire import (AnthropicCountTokensRequest, AnthropicMessagesRequest, DerenderMessagesRequest,
                                DerenderMessagesStreamRequest, DerenderResponsesRequest, DerenderResponsesStreamRequest,
                                FrontDoorPipeHeader, ResponsesRequest, error_body)
 from .common import AppContext, JSONResponse, read_json, validate

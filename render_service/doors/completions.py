@@ -10,7 +10,7 @@ from ..model import ModelBundle
 from ..policy import skip_special_tokens
 from ..wire.limits import check_batch
 from ..wire.openai import CompletionRequest
-from .request import (
+from ..render.request import (
     check_logprobs, check_min_tokens, check_prompt_chars, generate_request, refuse_beam_search, resolve_max_tokens,
     sampling_params, truncate,
 )

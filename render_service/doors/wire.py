@@ -15,10 +15,10 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..errors import OpenAIError
-from .generate import GenerateResponse
-from .limits import MAX_MESSAGES, LogitBias, PassThrough, StopStrings, bounded_list, check_stops
-from .openai import VllmTypedFields
-from .validate import check_types
+from ..wire.generate import GenerateResponse
+from ..wire.limits import MAX_MESSAGES, LogitBias, PassThrough, StopStrings, bounded_list, check_stops
+from ..wire.openai import VllmTypedFields
+from ..wire.validate import check_types
 
 
 class _Lenient(BaseModel):

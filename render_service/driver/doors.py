@@ -18,15 +18,15 @@ import contextlib
 import logging
 from typing import Any, Mapping
 
-from ..derender.frontdoors import FrontDoorSession
+from ..doors.session import FrontDoorSession
 from ..errors import OpenAIError
 from ..http.common import validate
-from ..render.anthropic import count_tokens as anthropic_count_tokens
-from ..render.anthropic import render_messages
+from ..doors.messages.render import count_tokens as anthropic_count_tokens
+from ..doors.messages.render import render_messages
 from ..render.request import new_request_id
-from ..render.responses import render_responses
+from ..doors.responses.render import render_responses
 from ..wire import sse
-from ..wire.frontdoors import (AnthropicCountTokensRequest, AnthropicMessagesRequest, ResponsesRequest, error_body,
+from ..doors.wire import (AnthropicCountTokensRequest, AnthropicMessagesRequest, ResponsesRequest, error_body,
                                stream_error_event)
 from ..wire.generate import GenerateResponse
 from .hops import LocalHops

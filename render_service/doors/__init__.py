@@ -1,0 +1,1 @@
+"""The request APIs (doors) over the shared chat plan."""
