@@ -32,7 +32,8 @@ from render_service.http.app import create_app as create_render_app  # noqa: E40
 from render_service.http.common import validate  # noqa: E402
 from render_service.doors.messages.render import render_messages  # noqa: E402
 from render_service.doors.responses.render import render_responses  # noqa: E402
-from render_service.doors.wire import AnthropicMessagesRequest, ResponsesRequest  # noqa: E402
+from render_service.doors.messages.wire import AnthropicMessagesRequest  
+from render_service.doors.responses.wire import ResponsesRequest  # noqa: E402
 
 WEATHER = "What is the weather in Paris right now?"
 TOOL_ARGS = {"city": "Paris", "unit": "celsius"}

@@ -1,4 +1,4 @@
-"""Routes of the Responses and Anthropic Messages front doors on ``render-service serve``.
+"""Routes of the doors over chat (`doors.OVER_CHAT`: Responses, Anthropic Messages) on ``render-service serve``.
 
 | route | body | answer |
 |---|---|---|
@@ -21,101 +21,89 @@ from typing import Any
 from starlette.requests import Request
 from starlette.routing import Route
 
+from ..derender.service import Derenderer
+from ..doors import OVER_CHAT, Door
+from ..doors.messages.render import count_tokens as anthropic_count_tokens
+from ..doors.messages.render import messages_to_chat
+from ..doors.messages.wire import AnthropicCountTokensRequest
 from ..doors.pipe import FrontDoorPipe
 from ..doors.session import FrontDoorDerenderer
-from ..derender.service import Derenderer
 from ..errors import OpenAIError
-from ..doors.messages.render import count_tokens as anthropic_count_tokens
-from ..doors.messages.render import in_messages_terms, messages_to_chat, render_messages
 from ..render.media import MediaInput, chat_media_parts, load_media_input, mm_payload
 from ..render.request import new_request_id
-from ..doors.responses.render import in_input_terms, render_responses, responses_to_chat
-from ..doors.wire import (AnthropicCountTokensRequest, AnthropicMessagesRequest, DerenderMessagesRequest,
-                               DerenderMessagesStreamRequest, DerenderResponsesRequest, DerenderResponsesStreamRequest,
-                               FrontDoorPipeHeader, ResponsesRequest, error_body)
 from .common import AppContext, JSONResponse, read_json, validate
 from .derender_routes import PipeEndpoint
 
 log = logging.getLogger(__name__)
 
-_DERENDER_BODIES = {"responses": (DerenderResponsesRequest, DerenderResponsesStreamRequest),
-                    "messages": (DerenderMessagesRequest, DerenderMessagesStreamRequest)}
-
 
 def routes(ctx: AppContext) -> list[Route]:
-    """The Responses / Messages routes bound to ``ctx``."""
+    """The routes of every door over chat (`doors.OVER_CHAT`) bound to ``ctx``, and
+    ``/v1/messages/count_tokens``."""
     d = Derenderer(ctx.bundle, ctx.config)
     fd = FrontDoorDerenderer(d)
 
-    async def media(messages: list[dict], req: Any) -> MediaInput | None:
+    async def media(door: Door, messages: list[dict], req: Any) -> MediaInput | None:
         """The request's images, loaded as the chat route loads them (400 on a text-only model,
-        its ``param`` in the request's own API: `in_input_terms` / `in_messages_terms`)."""
+        its ``param`` in the request's own API: ``door.in_own_terms``)."""
         try:
             return await load_media_input(ctx.multimodal, chat_media_parts(messages), mm_payload(req))
         except OpenAIError as err:
-            raise (in_input_terms(err, req) if isinstance(req, ResponsesRequest)
-                   else in_messages_terms(err, req, False)) from None
+            raise door.in_own_terms(err, req) from None
 
-    async def responses_render(request: Request) -> JSONResponse:
-        req = validate(ResponsesRequest, await read_json(request, ctx.config.max_body_bytes))
-        ctx.check_model(req.model)
-        loaded = await media(responses_to_chat(req)["messages"], req)
-        return JSONResponse(await ctx.run_cpu(render_responses, ctx.bundle, ctx.config, req, loaded))
-
-    async def messages_render(request: Request) -> JSONResponse:
-        req = validate(AnthropicMessagesRequest, await read_json(request, ctx.config.max_body_bytes))
-        ctx.check_model(req.model)
-        rid = request.headers.get("x-request-id") or new_request_id()
-        loaded = await media(messages_to_chat(req)["messages"], req)
-        return JSONResponse(await ctx.run_cpu(render_messages, ctx.bundle, ctx.config, req, rid, loaded))
+    def render(door: Door):
+        async def handle(request: Request) -> JSONResponse:
+            req = validate(door.request, await read_json(request, ctx.config.max_body_bytes))
+            ctx.check_model(req.model)
+            rid = request.headers.get("x-request-id") or new_request_id()
+            loaded = await media(door, door.to_chat(req)["messages"], req)
+            return JSONResponse(await ctx.run_cpu(door.render, ctx.bundle, ctx.config, req, rid, loaded))
+        return handle
 
     async def count_tokens(request: Request) -> JSONResponse:
+        door = OVER_CHAT["messages"]
         try:
             req = validate(AnthropicCountTokensRequest, await read_json(request, ctx.config.max_body_bytes))
             ctx.check_model(req.model)
-            loaded = await media(messages_to_chat(req)["messages"], req)
+            loaded = await media(door, messages_to_chat(req)["messages"], req)
             return JSONResponse(await ctx.run_cpu(anthropic_count_tokens, ctx.bundle, ctx.config, req, loaded))
         except OpenAIError as err:
-            return JSONResponse(error_body("messages", err), status_code=err.status)
+            return JSONResponse(door.error_body(err), status_code=err.status)
 
-    def derender(kind: str):
-        plain, streamed = _DERENDER_BODIES[kind]
-
+    def derender(door: Door):
         async def handle(request: Request) -> JSONResponse:
             try:
                 body = await read_json(request, ctx.config.max_body_bytes)
                 stream = isinstance(body, dict) and body.get("stream") is True
-                req = validate(streamed if stream else plain, body)
+                req = validate(door.derender_stream_request if stream else door.derender_request, body)
                 ctx.check_model(req.model)
                 fn = fd.stream if stream else fd.whole
-                return JSONResponse(await ctx.run_cpu(fn, kind, req))
+                return JSONResponse(await ctx.run_cpu(fn, door.name, req))
             except OpenAIError as err:
-                return JSONResponse(error_body(kind, err), status_code=err.status)
+                return JSONResponse(door.error_body(err), status_code=err.status)
             except Exception:  # a bug of ours: say so without leaking internals
-                log.exception("%s derender failed", kind)
+                log.exception("%s derender failed", door.name)
                 err = OpenAIError(500, "Internal error while derendering.")
-                return JSONResponse(error_body(kind, err), status_code=500)
+                return JSONResponse(door.error_body(err), status_code=500)
         return handle
 
-    return [
-        Route("/v1/responses/render", responses_render, methods=["POST"]),
-        Route("/v1/messages/render", messages_render, methods=["POST"]),
-        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
-        Route("/v1/responses/derender", derender("responses"), methods=["POST"]),
-        Route("/v1/messages/derender", derender("messages"), methods=["POST"]),
-        Route("/v1/responses/derender/pipe", FrontDoorPipeEndpoint(ctx, d, "responses"), methods=["POST"]),
-        Route("/v1/messages/derender/pipe", FrontDoorPipeEndpoint(ctx, d, "messages"), methods=["POST"]),
-    ]
+    out = [Route(door.render_path, render(door), methods=["POST"]) for door in OVER_CHAT.values()]
+    out.append(Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]))
+    out += [Route(door.derender_path, derender(door), methods=["POST"]) for door in OVER_CHAT.values()]
+    out += [Route(door.derender_path + "/pipe", FrontDoorPipeEndpoint(ctx, d, door.name), methods=["POST"])
+            for door in OVER_CHAT.values()]
+    return out
 
 
 class FrontDoorPipeEndpoint(PipeEndpoint):
-    """The chat pipe's duplex endpoint, answering in the Responses / Messages SSE."""
+    """The chat pipe's duplex endpoint, answering in the door's own SSE."""
 
     def open_session(self, raw: Any) -> FrontDoorPipe:
-        header = validate(FrontDoorPipeHeader, raw)
-        request = header.responses_request if self.kind == "responses" else header.messages_request
+        door = OVER_CHAT[self.kind]
+        header = validate(door.pipe_header, raw)
+        request = getattr(header, door.request_field)
         self.ctx.check_model(header.model or (request.model if request is not None else None))
         return FrontDoorPipe(self.d, self.kind, header)
 
     def error_body(self, err: OpenAIError) -> dict:
-        return error_body(self.kind, err)
+        return OVER_CHAT[self.kind].error_body(err)

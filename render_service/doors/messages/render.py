@@ -41,7 +41,7 @@ from ...serve.config import ServeConfig
 from ...errors import OpenAIError
 from ...wire.validate import validate
 from ...model import ModelBundle
-from ..wire import AnthropicMessagesRequest
+from .wire import AnthropicMessagesRequest
 from ...wire.openai import ChatCompletionRequest
 from ...multimodal import anthropic_image_url
 from ...render.chat import render_chat

@@ -30,7 +30,7 @@ from ...errors import OpenAIError, bad_request
 from ...wire.validate import validate
 from ...model import ModelBundle
 from ...serve.config import ServeConfig
-from ..wire import ResponsesRequest
+from .wire import ResponsesRequest
 from ...wire.openai import ChatCompletionRequest
 from ...render.chat import render_chat
 from ...render.media import MediaInput
