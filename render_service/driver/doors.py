@@ -1,15 +1,16 @@
-"""The driver's Responses and Anthropic Messages doors: ``POST /v1/responses`` and
-``POST /v1/messages`` over the same four hops and per-hop timing as chat.
+"""The driver's flow for the doors over chat (`doors.OVER_CHAT`: ``POST /v1/responses``,
+``POST /v1/messages``), run by `Driver.handle` like every door, over the same four hops and
+per-hop timing as chat.
 
-render (`render_responses` / `render_messages`, or the render server's ``…/render``) →
-prefill leg → decode leg (SSE) → derender into the API's own objects: a `FrontDoorSession`
-kept in memory for in-process derender, or the render server's stateless
-``/v1/{responses,messages}/derender`` with the sealed ``stream_state`` round-tripped.
+render (``door.render``, or the render server's ``door.render_path``) → prefill leg →
+decode leg (SSE) → derender into the API's own objects: a `FrontDoorSession` kept in memory
+for in-process derender, or the render server's stateless ``door.derender_path`` with the
+sealed ``stream_state`` round-tripped.
 
 Streams are ``event: <type>`` SSE without ``[DONE]`` (both APIs end on their own last
-event); errors are the API's own (`error_body` / `stream_error_event`): an HTTP error up
-to the first token, an ``error`` event after it. A stop string matched in derender cuts
-decode and aborts it, as for chat.
+event); errors are the door's own (``door.error_body`` / ``door.stream_error``): an HTTP
+error up to the first token, an ``error`` event after it. A stop string matched in
+derender cuts decode and aborts it, as for chat.
 """
 
 from __future__ import annotations
@@ -18,28 +19,21 @@ import contextlib
 import logging
 from typing import Any, Mapping
 
+from ..doors import OVER_CHAT, Door
+from ..doors.messages.render import count_tokens as anthropic_count_tokens
+from ..doors.messages.wire import AnthropicCountTokensRequest
 from ..doors.session import FrontDoorSession
 from ..errors import OpenAIError
-from ..http.common import validate
-from ..doors.messages.render import count_tokens as anthropic_count_tokens
-from ..doors.messages.render import render_messages
 from ..render.request import new_request_id
-from ..doors.responses.render import render_responses
 from ..wire import sse
-from ..doors.wire import (AnthropicCountTokensRequest, AnthropicMessagesRequest, ResponsesRequest, error_body,
-                               stream_error_event)
 from ..wire.generate import GenerateResponse
-from .hops import LocalHops
+from ..wire.validate import validate
+from .hops import LocalHops, RemoteHops
+from .legs import Collected, Leg, Upstreams, relay
 from .timing import HopTimer
 from .upstream import HopError, post_json
 
 log = logging.getLogger("render_service.driver")
-
-KINDS = ("responses", "messages")
-_REQUESTS = {"responses": ResponsesRequest, "messages": AnthropicMessagesRequest}
-_RENDER_PATHS = {"responses": "/v1/responses/render", "messages": "/v1/messages/render"}
-_DERENDER_PATHS = {"responses": "/v1/responses/derender", "messages": "/v1/messages/derender"}
-
 
 class _LocalStream:
     """In-process derender of one request; ``step`` returns ``{"choices", "events"}`` where
@@ -54,7 +48,7 @@ class _LocalStream:
             events = self.session.step(GenerateResponse.model_validate(chunk))
         except Exception as exc:
             raise _derender_failed(exc) from None
-        return _view(events)
+        return _view(self.session.door, events)
 
     def finish(self) -> list[dict]:
         return self.session.finish("abort")
@@ -63,24 +57,24 @@ class _LocalStream:
 class _RemoteStream:
     """Stateless derender on the render server: each chunk with the previous ``stream_state``."""
 
-    def __init__(self, driver: Any, kind: str, body: dict, prompt: list[int]) -> None:
-        self.driver, self.kind, self.state, self.done = driver, kind, None, False
+    def __init__(self, upstreams: Upstreams, render_url: str, door: Door, body: dict, prompt: list[int]) -> None:
+        self.upstreams, self.render_url, self.door, self.state = upstreams, render_url, door, None
         self.fixed = {"stream": True, "model": body.get("model"), "prompt_tokens": len(prompt),
-                      "prompt_token_ids": prompt, f"{kind}_request": body}
+                      "prompt_token_ids": prompt, door.request_field: body}
 
     async def step(self, chunk: dict) -> dict:
-        out = await post_json(self.driver.client(), "derender", self.driver.config.render, _DERENDER_PATHS[self.kind],
+        out = await post_json(self.upstreams.client(), "derender", self.render_url, self.door.derender_path,
                               {**self.fixed, "generate_chunk": chunk, "stream_state": self.state})
         if not isinstance(out, dict) or not isinstance(out.get("events"), list):
-            raise HopError("derender", 502, f"derender hop failed: {self.driver.config.render} returned no `events`.")
+            raise HopError("derender", 502, f"derender hop failed: {self.render_url} returned no `events`.")
         self.state = out.get("stream_state")
-        return _view(out["events"])
+        return _view(self.door, out["events"])
 
     def finish(self) -> list[dict]:
         return []
 
 
-class _Sent:
+class Sent:
     """What one stream has written: the Responses ``sequence_number`` its next event takes,
     so an ``error`` event after a cut continues the count instead of restarting at 0."""
 
@@ -92,8 +86,8 @@ class _Sent:
             self.next_sequence_number = ev["sequence_number"] + 1
 
 
-def _view(events: list[dict]) -> dict:
-    done = any(ev["type"] in ("response.completed", "response.incomplete", "message_stop") for ev in events)
+def _view(door: Door, events: list[dict]) -> dict:
+    done = any(ev["type"] in door.done_events for ev in events)
     return {"choices": [{"index": 0, "finish_reason": "stop"}] if done else [], "events": events}
 
 
@@ -102,94 +96,64 @@ def _derender_failed(exc: Exception) -> HopError:
     return HopError("derender", 502, f"derender hop failed on the engine output: {message}")
 
 
-class FrontDoorFlow:
-    """Serves one Responses / Messages request on ``driver`` (a `Driver`)."""
+class DoorFlow:
+    """The doors over chat (`doors.OVER_CHAT`: Responses, Messages) through the hops: render
+    and derender in process (``hops`` a `LocalHops`) or on the render server at
+    ``render_url``; answers in the door's own JSON, SSE events and errors."""
 
-    def __init__(self, driver: Any) -> None:
-        self.driver = driver
+    def __init__(self, hops: LocalHops | RemoteHops, upstreams: Upstreams, render_url: str | None) -> None:
+        self.hops, self.upstreams, self.render_url = hops, upstreams, render_url
 
-    async def handle(self, kind: str, body: dict, headers: Mapping[str, str], out: Any, scope: Any) -> None:
-        """Like `Driver.handle` for ``kind`` ``"responses"`` / ``"messages"``; never raises
-        except `asyncio.CancelledError`."""
-        from .flow import conversation_key
-        from .legs import Leg
+    @staticmethod
+    def request_id(body: dict, headers: Mapping[str, str]) -> str:
+        """``X-Request-Id``, else random."""
+        return headers.get("x-request-id") or new_request_id()
 
-        drv, timer = self.driver, HopTimer()
-        drv.metrics.in_flight.inc()
-        base_id = str(headers.get("x-request-id") or new_request_id())
-        reply = {"x-request-id": base_id}
-        key = conversation_key(body, headers)
-        sent = _Sent()
-        reuse = drv.kv_reuse if key is not None else None  # bidirectional KV (conversations.KVReuse)
-        try:
-            rendered_body = reuse.render_body(key, body) if reuse is not None else body
-            req = validate(_REQUESTS[kind], rendered_body)
-            with timer.measure("render"):
-                gen = await self._render(kind, req, rendered_body, base_id)
-            leg = Leg(drv, gen, key, scope, timer)
-            if reuse is not None:
-                reuse.prepare(key, leg, reply)
-            if body.get("stream") is True:
-                await self._stream(kind, req, body, leg, timer, out, reply, sent)
-            else:
-                await self._whole(kind, req, body, leg, timer, out, reply)
-            if reuse is not None:
-                reuse.finish(key, leg)
-        except OpenAIError as err:
-            if isinstance(err, HopError):
-                drv.metrics.upstream_errors.labels(err.hop, str(err.status)).inc()
-                log.warning("%s", err.message)
-            await self._fail(kind, out, err, timer, reply, sent)
-        except Exception:
-            log.exception("driver failed on a %s request", kind)
-            await self._fail(kind, out, OpenAIError(500, "Internal error in the driver; this is a bug, please report it."),
-                             timer, reply, sent)
-        finally:
-            drv.metrics.in_flight.dec()
-            drv.metrics.observe(timer)
-            drv.metrics.requests.labels(kind, str(out.status or 499)).inc()
+    async def render(self, kind: str, rendered_body: dict, body: dict, base_id: str) -> tuple[list[dict], Any]:
+        """``([GenerateRequest], the validated request)``."""
+        door = OVER_CHAT[kind]
+        req = validate(door.request, rendered_body)
+        return [await self._render(door, req, rendered_body, base_id)], req
 
     async def count_tokens(self, body: Any) -> tuple[int, dict]:
         """``POST /v1/messages/count_tokens`` → ``(status, body)``: the prompt length render
         gives (a remote render is asked for the prompt itself), errors in Anthropic's shape."""
+        door = OVER_CHAT["messages"]
         try:
             req = validate(AnthropicCountTokensRequest, body)
-            if isinstance(self.driver.hops, LocalHops):
-                hops = self.driver.hops
+            if isinstance(self.hops, LocalHops):
+                hops = self.hops
                 hops.check_model(req.model)
                 return 200, await hops.run_cpu(anthropic_count_tokens, hops.bundle, hops.config, req)
-            gen = await self._render("messages", req, {**body, "max_tokens": req.max_tokens}, new_request_id())
+            gen = await self._render(door, req, {**body, "max_tokens": req.max_tokens}, new_request_id())
             return 200, {"input_tokens": len(gen["token_ids"])}
         except OpenAIError as err:
-            return err.status, error_body("messages", err)
+            return err.status, door.error_body(err)
 
-    async def _render(self, kind: str, req: Any, body: dict, base_id: str) -> dict:
-        hops = self.driver.hops
+    async def _render(self, door: Door, req: Any, body: dict, base_id: str) -> dict:
+        hops = self.hops
         if isinstance(hops, LocalHops):
             hops.check_model(req.model)
-            if kind == "responses":
-                return await hops.run_cpu(render_responses, hops.bundle, hops.config, req)
-            return await hops.run_cpu(render_messages, hops.bundle, hops.config, req, base_id)
-        gen = await post_json(self.driver.client(), "render", self.driver.config.render, _RENDER_PATHS[kind], body,
+            return await hops.run_cpu(door.render, hops.bundle, hops.config, req, base_id)
+        gen = await post_json(self.upstreams.client(), "render", self.render_url, door.render_path, body,
                               headers={"X-Request-Id": base_id})
         if not isinstance(gen, dict) or not gen.get("token_ids"):
-            raise HopError("render", 502, f"render hop failed: {self.driver.config.render} returned no GenerateRequest.")
+            raise HopError("render", 502, f"render hop failed: {self.render_url} returned no GenerateRequest.")
         return gen
 
-    def _open(self, kind: str, req: Any, body: dict, prompt: list[int]) -> _LocalStream | _RemoteStream:
-        hops = self.driver.hops
-        if isinstance(hops, LocalHops):
-            return _LocalStream(hops, kind, req, prompt)
-        return _RemoteStream(self.driver, kind, body, prompt)
+    def _open(self, door: Door, req: Any, body: dict, prompt: list[int]) -> _LocalStream | _RemoteStream:
+        if isinstance(self.hops, LocalHops):
+            return _LocalStream(self.hops, door.name, req, prompt)
+        return _RemoteStream(self.upstreams, self.render_url, door, body, prompt)
 
-    async def _stream(self, kind: str, req: Any, body: dict, leg: Any, timer: HopTimer, out: Any, headers: dict,
-                      sent: _Sent) -> None:
+    async def stream(self, kind: str, body: dict, req: Any, leg: Leg, timer: HopTimer, out: Any, headers: dict,
+                     sent: Sent) -> None:
         await leg.prefill()
-        session = self._open(kind, req, body, leg.prompt)
-        relay = self.driver._decode(leg, session, False)
+        session = self._open(OVER_CHAT[kind], req, body, leg.prompt)
+        chunks = relay(leg, session, False)
         finished = False
-        async with contextlib.aclosing(relay):
-            item = await anext(relay, None)  # failures up to the first token are plain HTTP errors
+        async with contextlib.aclosing(chunks):
+            item = await anext(chunks, None)  # failures up to the first token are plain HTTP errors
             await out.start_events({**headers, "server-timing": timer.server_timing()})
             while item is not None:
                 _, view = item
@@ -197,52 +161,48 @@ class FrontDoorFlow:
                     await out.raw(sse.named_event(ev["type"], ev))
                     sent.count(ev)
                 finished |= bool(view["choices"])
-                item = await anext(relay, None)
+                item = await anext(chunks, None)
         if not finished:  # the engine stream ended without a finish: close what is open
             for ev in session.finish():
                 await out.raw(sse.named_event(ev["type"], ev))
                 sent.count(ev)
         await out.end(sse.comment(f"server-timing {timer.server_timing()}"))
 
-    async def _whole(self, kind: str, req: Any, body: dict, leg: Any, timer: HopTimer, out: Any, headers: dict) -> None:
-        from .legs import Collected
-
+    async def whole(self, kind: str, body: dict, req: Any, legs: list[Leg], timer: HopTimer, out: Any,
+                    headers: dict) -> None:
+        door, (leg,) = OVER_CHAT[kind], legs
         await leg.prefill()
-        stops = (req.stop if kind == "responses" else req.stop_sequences)
-        watch = self._open(kind, req, body, leg.prompt) if stops else None
+        watch = self._open(door, req, body, leg.prompt) if door.stops(req) else None
         collected = Collected(leg)
-        async with contextlib.aclosing(self.driver._decode(leg, watch, False)) as relay:
-            async for chunk, _ in relay:
+        async with contextlib.aclosing(relay(leg, watch, False)) as chunks:
+            async for chunk, _ in chunks:
                 collected.add(chunk)
         gen = collected.response()
         with timer.measure("derender"):
-            response = await self._derender(kind, req, body, gen, leg.prompt)
+            response = await self._derender(door, req, body, gen, leg.prompt)
         await out.json(200, response, {**headers, "server-timing": timer.server_timing()})
 
-    async def _derender(self, kind: str, req: Any, body: dict, gen: dict, prompt: list[int]) -> dict:
-        hops = self.driver.hops
+    async def _derender(self, door: Door, req: Any, body: dict, gen: dict, prompt: list[int]) -> dict:
+        hops = self.hops
         if isinstance(hops, LocalHops):
             d = hops.derenderer
 
             def run() -> dict:
-                session = FrontDoorSession(d, kind, req, prompt, model=d.model_name(req.model))
+                session = FrontDoorSession(d, door.name, req, prompt, model=d.model_name(req.model))
                 return session.whole(GenerateResponse.model_validate(gen))
             try:
                 return await hops.run_cpu(run)
             except OpenAIError as exc:
                 raise _derender_failed(exc) from None
         payload = {"model": body.get("model"), "generate_response": gen, "prompt_tokens": len(prompt),
-                   "prompt_token_ids": prompt, f"{kind}_request": body}
-        return await post_json(self.driver.client(), "derender", self.driver.config.render, _DERENDER_PATHS[kind],
-                               payload)
+                   "prompt_token_ids": prompt, door.request_field: body}
+        return await post_json(self.upstreams.client(), "derender", self.render_url, door.derender_path, payload)
 
-    async def _fail(self, kind: str, out: Any, err: OpenAIError, timer: HopTimer, headers: dict, sent: _Sent) -> None:
+    async def fail(self, kind: str, out: Any, err: OpenAIError, timer: HopTimer, headers: dict, sent: Sent) -> None:
+        door = OVER_CHAT[kind]
         if out.started:
-            ev = stream_error_event(kind, err, sent.next_sequence_number)
+            ev = door.stream_error(err, sent.next_sequence_number)
             await out.raw(sse.named_event(ev["type"], ev))
             await out.end(sse.comment(f"server-timing {timer.server_timing()}"))
         else:
-            await out.json(err.status, error_body(kind, err), {**headers, "server-timing": timer.server_timing()})
-
-
-__all__ = ["FrontDoorFlow", "KINDS"]
+            await out.json(err.status, door.error_body(err), {**headers, "server-timing": timer.server_timing()})
