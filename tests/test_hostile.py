@@ -458,7 +458,12 @@ def test_four_runaway_templates_do_not_stop_health(trusting):
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         runaways = [pool.submit(httpx.post, url + RENDER, json=_with_template(LOOPS), headers=AUTH, timeout=120)
                     for _ in range(4)]
-        time.sleep(0.5)
+        # health is asked once all four are being served (or one was already answered), not after a guess
+        deadline = time.monotonic() + 60
+        while (httpx.get(url + "/load", timeout=10).json()["server_load"] < 4
+               and not any(f.done() for f in runaways)):
+            assert time.monotonic() < deadline, "the four runaway requests never arrived"
+            time.sleep(0.05)
         assert httpx.get(url + "/health", timeout=10).status_code == 200
         assert all(f.result().status_code in (400, 503) for f in runaways)
 
@@ -584,7 +589,8 @@ def test_serve_exits_on_sigterm_despite_an_idle_pipe():
                          b"Transfer-Encoding: chunked\r\n\r\n")
             header = orjson_line({"prompt_token_ids": [1], "chat_request": {"messages": []}})
             sock.sendall(b"%x\r\n%s\r\n" % (len(header), header))  # then nothing more: an idle pipe
-            time.sleep(0.5)
+            sock.settimeout(30)
+            assert sock.recv(64).startswith(b"HTTP/1.1 200")  # the pipe is open, waiting for engine bytes
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(30) is not None
     finally:

@@ -89,25 +89,34 @@ def test_ignored_flags_are_named_once():
                                                  "--tensor-parallel-size"]
 
 
-def _fails_fast(argv: list[str], capsys) -> str:
-    start = time.monotonic()
-    assert cli.main(["serve", *argv]) == 2
-    assert time.monotonic() - start < 10, "the check must come before the model loads"
-    return capsys.readouterr().err
+@pytest.fixture
+def fails_fast(capsys, monkeypatch):
+    """``run(argv)``: `serve ARGV` exits 2 before the model loads (loading fails the test) → stderr."""
+    from render_service.serve import server
+
+    def load_bundle(*_args, **_kwargs):
+        raise AssertionError("the check must come before the model loads")
+
+    monkeypatch.setattr(server, "load_bundle", load_bundle)
+
+    def run(argv: list[str]) -> str:
+        assert cli.main(["serve", *argv]) == 2
+        return capsys.readouterr().err
+    return run
 
 
 @needs_shared
-def test_unknown_parser_lists_auto(capsys):
-    err = _fails_fast([str(MODELS / "qwen3"), "--tool-call-parser", "nope", "--port", str(free_port())], capsys)
+def test_unknown_parser_lists_auto(fails_fast):
+    err = fails_fast([str(MODELS / "qwen3"), "--tool-call-parser", "nope", "--port", str(free_port())])
     assert "--tool-call-parser" in err and "'nope'" in err and "choose from auto, " in err
 
 
 @needs_shared
-def test_port_in_use_fails_before_loading(capsys):
+def test_port_in_use_fails_before_loading(fails_fast):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        err = _fails_fast([str(MODELS / "qwen3"), "--host", "127.0.0.1", "--port", str(busy.getsockname()[1])], capsys)
+        err = fails_fast([str(MODELS / "qwen3"), "--host", "127.0.0.1", "--port", str(busy.getsockname()[1])])
     assert "cannot listen on 127.0.0.1" in err
 
 
@@ -133,14 +142,14 @@ def test_default_host_is_every_interface_as_vllm():
 
 
 @needs_shared
-def test_unreadable_template_fails_before_loading(tmp_path, capsys):
-    err = _fails_fast([str(MODELS / "qwen3"), "--chat-template", str(tmp_path / "missing.jinja"),
-                       "--port", str(free_port())], capsys)
+def test_unreadable_template_fails_before_loading(tmp_path, fails_fast):
+    err = fails_fast([str(MODELS / "qwen3"), "--chat-template", str(tmp_path / "missing.jinja"),
+                       "--port", str(free_port())])
     assert "--chat-template" in err and "missing.jinja" in err
 
 
-def test_missing_plugin_fails(tmp_path, capsys):
-    err = _fails_fast(["--tool-parser-plugin", str(tmp_path / "nope.py"), "--port", str(free_port())], capsys)
+def test_missing_plugin_fails(tmp_path, fails_fast):
+    err = fails_fast(["--tool-parser-plugin", str(tmp_path / "nope.py"), "--port", str(free_port())])
     assert "--tool-parser-plugin" in err
 
 
