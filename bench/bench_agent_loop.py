@@ -53,7 +53,7 @@ class Driver:
     def __init__(self, prefill: str, decode: str, reuse: bool) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.args = [sys.executable, "-m", "render_service.cli", "drive", "--prefill", prefill, "--decode", decode,
+        self.args = [sys.executable, "-m", "render_service.serve.cli", "drive", "--prefill", prefill, "--decode", decode,
                      "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning",
                      *(["--kv-reuse"] if reuse else [])]
         self._log = tempfile.TemporaryFile()

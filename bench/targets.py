@@ -170,7 +170,7 @@ class SpawnedServer:
         self._log = tempfile.TemporaryFile()
 
     def start(self) -> None:
-        cmd = [sys.executable, "-m", "render_service.cli", "serve", *self.args, "--host", "127.0.0.1",
+        cmd = [sys.executable, "-m", "render_service.serve.cli", "serve", *self.args, "--host", "127.0.0.1",
                "--port", str(self.port), "--uvicorn-log-level", "warning"]
         path = os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")]))
         self.proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": path}, stdout=self._log,

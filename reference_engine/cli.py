@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from render_service.cli import add_log_level_argument, port_type
+from render_service.serve.cli import add_log_level_argument, port_type
 from .app import FAILURE_POLICIES, ROLES, EngineConfig, create_app
 from .backend import Backend
 

@@ -7,15 +7,19 @@ survive decoding), and which keyword arguments the chat template saw. Pure funct
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from .config import ServeConfig
 from .errors import bad_request
-from .wire.validate import check_types
 
-# vLLM 0.33's types for a chat tool's optional fields (ChatCompletionToolsParam, FunctionDefinition).
-_TOOL_TYPES = {"defer_loading": bool}
-_TOOL_FUNCTION_TYPES = {"description": str, "strict": bool}
+
+class ServeConfig(Protocol):
+    """The server settings these rules read (`render_service.serve.config.ServeConfig` has
+    them): a protocol, so this bottom-layer module imports nothing above it."""
+
+    reasoning_parser: str | None
+    tool_call_parser: str | None
+    enable_auto_tool_choice: bool
+    default_chat_template_kwargs: dict
 
 # Keys the template takes as its own arguments; a request cannot set them through kwargs.
 _RESERVED_TEMPLATE_KWARGS = ("messages", "tools", "documents", "add_generation_prompt", "continue_final_message")
@@ -45,26 +49,6 @@ def named_tool(tool_choice: str | dict | None) -> str | None:
     function = tool_choice.get("function")
     name = function.get("name") if isinstance(function, dict) else None
     return name if isinstance(name, str) else None
-
-
-def check_tools(tools: list | None) -> None:
-    """``tools``: null, or a non-empty list of ``{"type": "function", "function": {name, parameters}}``.
-
-    Raises:
-        ValueError: naming the first bad entry.
-    """
-    if tools is not None and not tools:
-        raise ValueError("tools must not be an empty list; omit it instead")
-    for i, tool in enumerate(tools or []):
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(function, dict) or tool.get("type", "function") != "function":
-            raise ValueError(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}")
-        if not isinstance(function.get("name"), str) or not function["name"]:
-            raise ValueError(f"tools[{i}].function.name must be a non-empty string")
-        if function.get("parameters") is not None and not isinstance(function["parameters"], dict):
-            raise ValueError(f"tools[{i}].function.parameters must be a JSON Schema object")
-        check_types(tool, _TOOL_TYPES, f"tools[{i}]")
-        check_types(function, _TOOL_FUNCTION_TYPES, f"tools[{i}].function")
 
 
 def check_tool_choice(tool_choice: str | dict | None, tools: list | None, *, requires_tools: bool = True) -> None:
@@ -112,6 +96,12 @@ def skip_special_tokens(requested: bool | None, parser_active: bool, default: bo
     if parser_active:
         return False
     return default if requested is None else requested
+
+
+def model_skips_special_tokens(bundle: Any) -> bool:
+    """The model's own default for ``skip_special_tokens`` (its generation config, else true):
+    render and derender both start from it, so the two hops decode alike."""
+    return bool((getattr(bundle, "generation_config", None) or {}).get("skip_special_tokens", True))
 
 
 def require_tool_parser(config: ServeConfig, tool_choice: str | dict) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from bench.stats import latency_summary, percentile, slo_capacity
 from bench.targets import TargetError, check_url, spawn_args
-from render_service.cli import main
+from render_service.serve.cli import main
 from conftest import MODELS, free_port, needs_shared, render_server, serve_app
 
 QWEN = MODELS / "qwen3"
@@ -154,8 +154,8 @@ class FlakyDerender:
 
 @needs_shared
 def test_error_accounting_is_exact(tmp_path, capsys):
-    from render_service.config import ServeConfig
-    from render_service.server import build_app
+    from render_service.serve.config import ServeConfig
+    from render_service.serve.server import build_app
 
     app, _, _ = build_app(ServeConfig(model=str(QWEN), **PARSERS))
     flaky = FlakyDerender(app)
@@ -257,8 +257,8 @@ def test_four_hop_through_the_driver(tmp_path, stream):
     from render_service.driver.config import DriverConfig
     from render_service.driver.flow import Driver
     from reference_engine.testing import EngineProcess
-    from render_service.server import load_bundle, resolve_parsers
-    from render_service.config import ServeConfig
+    from render_service.serve.server import load_bundle, resolve_parsers
+    from render_service.serve.config import ServeConfig
 
     cfg = ServeConfig(model=str(QWEN), **PARSERS)
     bundle = load_bundle(cfg)

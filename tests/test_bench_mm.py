@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from bench.workloads.multimodal import SIZES, RenderMM, check_render_mm, with_ticket
-from render_service.cli import main
+from render_service.serve.cli import main
 
 from conftest import MODELS, render_server
 

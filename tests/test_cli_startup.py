@@ -13,7 +13,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from conftest import REPO, free_port, serve_app
-from render_service.cli import add_serve_parser
+from render_service.serve.cli import add_serve_parser
 
 
 def _serve_parser() -> argparse.ArgumentParser:
@@ -27,7 +27,7 @@ def _help(subcommand: str) -> str:
     sub = parser.add_subparsers(dest="command")
     add_serve_parser(sub)
     from reference_engine import cli as engine_cli
-    from render_service.driver import cli as drive_cli
+    from render_service.serve import drive as drive_cli
 
     engine_cli.register(sub)
     drive_cli.register(sub)
@@ -66,7 +66,7 @@ def test_log_level_has_both_spellings(subcommand, argv):
     sub = parser.add_subparsers(dest="command")
     add_serve_parser(sub)
     from reference_engine import cli as engine_cli
-    from render_service.driver import cli as drive_cli
+    from render_service.serve import drive as drive_cli
 
     engine_cli.register(sub)
     drive_cli.register(sub)
@@ -89,7 +89,7 @@ def test_engine_prints_where_it_listens(tmp_path):
 
 
 def test_drive_warns_about_unreachable_engines():
-    from render_service.driver.cli import unreachable_upstreams
+    from render_service.serve.drive import unreachable_upstreams
     from render_service.driver.config import DriverConfig
 
     app = Starlette(routes=[Route("/health", lambda request: PlainTextResponse("ok"))])
@@ -101,7 +101,7 @@ def test_drive_warns_about_unreachable_engines():
 
 
 def test_serve_loads_neither_bench_nor_engine():
-    code = ("import sys\nfrom render_service.cli import main\n"
+    code = ("import sys\nfrom render_service.serve.cli import main\n"
             "try:\n    main(['serve', '--help'])\nexcept SystemExit:\n    pass\n"
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'bench', 'reference_engine'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60).stdout
@@ -115,7 +115,7 @@ _HEAVY = {"numpy", "numba", "PIL", "tokenizers", "transformers", "jinja2", "fast
 
 @pytest.mark.parametrize("argv", [["serve", "--help"], ["serve", "--port", "0"], ["serve", "--no-such-flag"]])
 def test_serve_checks_arguments_before_heavy_imports(argv):
-    code = ("import sys\nfrom render_service.cli import main\n"
+    code = ("import sys\nfrom render_service.serve.cli import main\n"
             f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
             f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(_HEAVY)!r})))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
@@ -124,7 +124,7 @@ def test_serve_checks_arguments_before_heavy_imports(argv):
 
 def test_auto_tool_choice_without_a_parser_is_refused_before_the_model_loads(tmp_path):
     missing = tmp_path / "no-such-model"
-    done = subprocess.run([sys.executable, "-m", "render_service.cli", "serve", str(missing), "--enable-auto-tool-choice",
+    done = subprocess.run([sys.executable, "-m", "render_service.serve.cli", "serve", str(missing), "--enable-auto-tool-choice",
                            "--host", "127.0.0.1", "--port", str(free_port())],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 2
@@ -133,7 +133,7 @@ def test_auto_tool_choice_without_a_parser_is_refused_before_the_model_loads(tmp
 
 
 def test_a_tool_parser_without_auto_tool_choice_warns(caplog):
-    from render_service.launch_compat import check_tool_parser_flags
+    from render_service.serve.launch_compat import check_tool_parser_flags
 
     with caplog.at_level("WARNING", logger="render_service"):
         check_tool_parser_flags("hermes", False)

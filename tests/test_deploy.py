@@ -75,7 +75,7 @@ def test_container_args_are_serve_flags():
     """The Deployment's args parse with `render-service serve` (a renamed flag breaks the pod)."""
     import argparse
 
-    from render_service.cli import add_serve_parser
+    from render_service.serve.cli import add_serve_parser
 
     parser = argparse.ArgumentParser(exit_on_error=False)
     add_serve_parser(parser.add_subparsers())

@@ -27,7 +27,7 @@ pytestmark = needs_shared
 
 openai = pytest.importorskip("openai", reason="openai SDK not installed")
 
-from render_service.config import ServeConfig  # noqa: E402
+from render_service.serve.config import ServeConfig  # noqa: E402
 from render_service.driver.app import create_app  # noqa: E402
 from render_service.driver.config import DriverConfig  # noqa: E402
 from render_service.driver.flow import Driver  # noqa: E402
@@ -239,10 +239,8 @@ def test_completions_endpoint(world, where):
 def test_stop_string_aborts_decode(world, stream):
     engines = (world.d1, world.d2)
     before = counters(*engines)
-    t0 = time.monotonic()
     r = httpx.post(world.local + CHAT, timeout=30,
                    json=body_for("Count to three, then say STOP.", stop=["STOP"], stream=stream))
-    elapsed = time.monotonic() - t0
     assert r.status_code == 200, r.text
     if stream:
         data, _ = sse(r)
@@ -255,8 +253,8 @@ def test_stop_string_aborts_decode(world, stream):
     assert content.lstrip("\n") == "one two three "  # cut right before the stop string
     assert (final["finish_reason"], final["stop_reason"]) == ("stop", "STOP")
     full = len(world.bundle.tokenizer.encode(STOP_TEXT)) + 1
-    assert elapsed < full * 0.03 / 2  # the whole script would take > 2 s
     assert wait_for(lambda: counters(*engines)["requests_aborted"] == before["requests_aborted"] + 1)
+    # decode was cut: the engines generated well under the whole script (counted, not timed)
     assert counters(*engines)["generated_tokens"] - before["generated_tokens"] < full / 2
 
 

@@ -15,9 +15,9 @@ from conftest import serve_app, skip_unless_smollm2_engine
 skip_unless_smollm2_engine()
 openai = pytest.importorskip("openai", reason="openai SDK not installed")
 
-from render_service.config import ServeConfig  # noqa: E402
+from render_service.serve.config import ServeConfig  # noqa: E402
 from render_service.driver.app import create_app  # noqa: E402
-from render_service.driver.cli import build_driver  # noqa: E402
+from render_service.serve.drive import build_driver  # noqa: E402
 from render_service.driver.config import DriverConfig  # noqa: E402
 from render_service.driver.legs import decode_leg  # noqa: E402
 from reference_engine.testing import EngineProcess  # noqa: E402

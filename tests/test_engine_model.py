@@ -139,7 +139,7 @@ def test_kv_from_another_model_is_refused(engines, prompt, tmp_path):
 
 def test_abort_stops_model_generation_between_tokens(engines, prompt):
     eng = engines["both"]
-    n, aborted, t0 = 0, False, time.monotonic()
+    n, aborted = 0, False
     with httpx.stream("POST", eng.url + GEN, headers={"X-Request-Id": "long"}, timeout=60, json={
             "token_ids": prompt, "stream": True,
             "sampling_params": {"temperature": 0, "max_tokens": 400, "ignore_eos": True}}) as r:
@@ -152,5 +152,4 @@ def test_abort_stops_model_generation_between_tokens(engines, prompt):
                 aborted = True
                 httpx.post(eng.url + "/inference/v1/abort_requests", json={"request_ids": ["generate-tokens-long"]})
             last = chunk["choices"][0]["finish_reason"]
-    assert last == "abort" and n < 60, (last, n)  # 400 tokens would take ~7 s
-    assert time.monotonic() - t0 < 5
+    assert last == "abort" and n < 60, (last, n)  # of 400 tokens: ended at the abort, counted not timed

@@ -192,7 +192,7 @@ def test_health_and_models(engine):
 @pytest.mark.parametrize("path", ["/inference/v1/abort_requests", "/abort_requests"])
 def test_abort_stops_a_long_stream(engine, path):
     rid = f"long-{path.count('/')}"
-    got, t0 = [], time.monotonic()
+    got = []
     with httpx.stream("POST", engine.url + GEN, headers={"X-Request-Id": rid},
                       json={"sampling_params": {}, "token_ids": [90], "stream": True}, timeout=30) as r:
         for line in r.iter_lines():
@@ -202,12 +202,11 @@ def test_abort_stops_a_long_stream(engine, path):
             if len(got) == 3:
                 a = httpx.post(engine.url + path, json={"request_ids": [f"generate-tokens-{rid}"]})
                 assert a.status_code == 200 and a.content == b""
-    elapsed = time.monotonic() - t0
     assert got[-1] == "data: [DONE]"
     last = json.loads(got[-2][len("data: "):])["choices"][0]
     assert last["finish_reason"] == "abort"
     n = sum(len(json.loads(x[6:])["choices"][0]["token_ids"]) for x in got[:-1])
-    assert n < 20 and elapsed < 3.0, (n, elapsed)  # 200 scripted tokens would take 10 s
+    assert n < 20, n  # the script has 200 tokens: the stream ended at the abort, counted not timed
 
 
 def test_abort_non_stream_and_disconnect(engine):

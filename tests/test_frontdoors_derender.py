@@ -21,14 +21,13 @@ from conftest import MODELS, needs_shared, qwen3_hermes, render_server
 
 pytestmark = needs_shared
 
-from render_service.derender.frontdoors import FrontDoorDerenderer, final_object  # noqa: E402
+from render_service.doors.session import FrontDoorDerenderer, final_object  # noqa: E402
 from render_service.derender.service import Derenderer  # noqa: E402
 from render_service.http.common import validate  # noqa: E402
-from render_service.render.anthropic import render_messages  # noqa: E402
-from render_service.render.responses import render_responses  # noqa: E402
-from render_service.wire.frontdoors import (AnthropicMessagesRequest, DerenderMessagesRequest,  # noqa: E402
-                                            DerenderMessagesStreamRequest, DerenderResponsesRequest,
-                                            DerenderResponsesStreamRequest, ResponsesRequest)
+from render_service.doors.messages.render import render_messages  # noqa: E402
+from render_service.doors.responses.render import render_responses  # noqa: E402
+from render_service.doors.messages.wire import AnthropicMessagesRequest, DerenderMessagesRequest, DerenderMessagesStreamRequest
+from render_service.doors.responses.wire import DerenderResponsesRequest, DerenderResponsesStreamRequest, ResponsesRequest
 
 TOOL_TEXT = ("<think>\nThe user wants the weather.\n</think>\n\nLet me check.<tool_call>\n"
              + json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}}) + "\n</tool_call>")

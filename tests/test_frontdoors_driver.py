@@ -30,9 +30,10 @@ from render_service.driver.config import DriverConfig  # noqa: E402
 from render_service.driver.flow import Driver  # noqa: E402
 from render_service.http.app import create_app as create_render_app  # noqa: E402
 from render_service.http.common import validate  # noqa: E402
-from render_service.render.anthropic import render_messages  # noqa: E402
-from render_service.render.responses import render_responses  # noqa: E402
-from render_service.wire.frontdoors import AnthropicMessagesRequest, ResponsesRequest  # noqa: E402
+from render_service.doors.messages.render import render_messages  # noqa: E402
+from render_service.doors.responses.render import render_responses  # noqa: E402
+from render_service.doors.messages.wire import AnthropicMessagesRequest  
+from render_service.doors.responses.wire import ResponsesRequest  # noqa: E402
 
 WEATHER = "What is the weather in Paris right now?"
 TOOL_ARGS = {"city": "Paris", "unit": "celsius"}

@@ -22,7 +22,7 @@ from conftest import free_port
 def spawned_serve(*flags: str) -> Iterator[str]:
     """`render-service serve` (embedded SmolLM2) as a child process; yields its URL."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "render_service.cli", "serve", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "render_service.serve.cli", "serve", "--port", str(port),
                              "--uvicorn-log-level", "warning", *flags],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
@@ -177,9 +177,9 @@ def test_admission_refuses_past_the_queue_delay_and_measures_saturation():
 
 
 def test_overload_answers_503_with_retry_after_and_health_stays_up():
-    from render_service.config import ServeConfig
+    from render_service.serve.config import ServeConfig
     from render_service.http.admission import Admission
-    from render_service.server import build_app
+    from render_service.serve.server import build_app
     from conftest import serve_app
 
     app, _, _ = build_app(ServeConfig(max_queue_delay_ms=50))
@@ -227,8 +227,8 @@ def test_stop_strings_past_the_limits_are_400(smol_url, stop):
 def test_pipe_work_goes_through_the_pool_admission():
     """A pipe used to derender every event on the event loop; now its steps queue for the
     CPU pool like everything else (here: a pool that never frees a slot → 503 at open)."""
-    from render_service.config import ServeConfig
-    from render_service.server import build_app
+    from render_service.serve.config import ServeConfig
+    from render_service.serve.server import build_app
     from conftest import serve_app
 
     app, _, _ = build_app(ServeConfig(max_queue_delay_ms=50))
@@ -307,9 +307,9 @@ SECRET = "k" * 32
 def keyed() -> Iterator[tuple[str, object]]:
     """A server with a known secret (the attacker who has the key, for the validation tests)
     and its codec."""
-    from render_service.config import ServeConfig
+    from render_service.serve.config import ServeConfig
     from render_service.derender.state import StateCodec
-    from render_service.server import build_app
+    from render_service.serve.server import build_app
     from conftest import serve_app
 
     app, bundle, _ = build_app(ServeConfig(stream_state_secret=SECRET))
@@ -331,8 +331,8 @@ def test_default_key_is_not_derivable_from_public_model_files():
 
     import orjson
 
-    from render_service.config import ServeConfig
-    from render_service.server import build_app
+    from render_service.serve.config import ServeConfig
+    from render_service.serve.server import build_app
     from conftest import serve_app
 
     app, bundle, _ = build_app(ServeConfig())
@@ -350,8 +350,8 @@ def test_default_key_is_not_derivable_from_public_model_files():
 
 
 def test_short_secret_refuses_to_start():
-    from render_service.config import ServeConfig
-    from render_service.server import StartupError, build_app
+    from render_service.serve.config import ServeConfig
+    from render_service.serve.server import StartupError, build_app
 
     with pytest.raises(StartupError, match="32"):
         build_app(ServeConfig(stream_state_secret="replace-me"))
@@ -422,9 +422,9 @@ def _with_template(template: str) -> dict:
 
 @pytest.fixture(scope="module")
 def trusting() -> Iterator[tuple[str, object]]:
-    from render_service.config import ServeConfig
+    from render_service.serve.config import ServeConfig
     from render_service.model import template_sandbox
-    from render_service.server import build_app
+    from render_service.serve.server import build_app
     from conftest import serve_app
 
     app, _, _ = build_app(ServeConfig(trust_request_chat_template=True, api_key=("secret-key",)))
@@ -458,7 +458,12 @@ def test_four_runaway_templates_do_not_stop_health(trusting):
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         runaways = [pool.submit(httpx.post, url + RENDER, json=_with_template(LOOPS), headers=AUTH, timeout=120)
                     for _ in range(4)]
-        time.sleep(0.5)
+        # health is asked once all four are being served (or one was already answered), not after a guess
+        deadline = time.monotonic() + 60
+        while (httpx.get(url + "/load", timeout=10).json()["server_load"] < 4
+               and not any(f.done() for f in runaways)):
+            assert time.monotonic() < deadline, "the four runaway requests never arrived"
+            time.sleep(0.05)
         assert httpx.get(url + "/health", timeout=10).status_code == 200
         assert all(f.result().status_code in (400, 503) for f in runaways)
 
@@ -503,7 +508,7 @@ def test_auth_takes_the_first_header_and_lets_options_through(trusting):
 def test_vllm_api_key_environment_fallback(monkeypatch):
     import argparse
 
-    from render_service.cli import add_serve_parser, build_config
+    from render_service.serve.cli import add_serve_parser, build_config
 
     parser = argparse.ArgumentParser()
     add_serve_parser(parser.add_subparsers())
@@ -521,12 +526,12 @@ def test_drive_shutdown_ends_streams_with_an_error_event_and_aborts_the_engine(t
     import uvicorn
 
     from reference_engine.testing import EngineProcess
-    from render_service.config import ServeConfig
+    from render_service.serve.config import ServeConfig
     from render_service.driver.app import create_app as create_driver_app
     from render_service.driver.config import DriverConfig
     from render_service.driver.drain import CUT_MARGIN_S, DrainingServer
     from render_service.driver.flow import Driver
-    from render_service.server import load_bundle
+    from render_service.serve.server import load_bundle
 
     script = tmp_path / "slow.json"
     script.write_text(json.dumps({"model": "scripted", "token_delay": 0.05, "responses": [{"token_ids": [28] * 2000}]}))
@@ -566,7 +571,7 @@ def test_serve_exits_on_sigterm_despite_an_idle_pipe():
     import signal
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "render_service.cli", "serve", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "render_service.serve.cli", "serve", "--port", str(port),
                              "--graceful-shutdown-timeout", "1", "--uvicorn-log-level", "warning"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -584,7 +589,8 @@ def test_serve_exits_on_sigterm_despite_an_idle_pipe():
                          b"Transfer-Encoding: chunked\r\n\r\n")
             header = orjson_line({"prompt_token_ids": [1], "chat_request": {"messages": []}})
             sock.sendall(b"%x\r\n%s\r\n" % (len(header), header))  # then nothing more: an idle pipe
-            time.sleep(0.5)
+            sock.settimeout(30)
+            assert sock.recv(64).startswith(b"HTTP/1.1 200")  # the pipe is open, waiting for engine bytes
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(30) is not None
     finally:
@@ -595,8 +601,8 @@ def test_serve_exits_on_sigterm_despite_an_idle_pipe():
 def test_requests_past_the_in_flight_bound_are_refused_at_the_door():
     """Bounded admission per worker: past max_inflight a request is answered 503 before
     its body is read (the event loop's own queue is otherwise unbounded)."""
-    from render_service.config import ServeConfig
-    from render_service.server import build_app
+    from render_service.serve.config import ServeConfig
+    from render_service.serve.server import build_app
     from conftest import serve_app
 
     app, _, _ = build_app(ServeConfig())
@@ -611,8 +617,8 @@ def test_prompt_longer_than_the_context_can_hold_is_refused_before_tokenizing(sm
     """vLLM refuses text past max_model_len x the longest token before tokenizing; a
     16 M-character prompt used to be tokenized first (8.4 s, 531 MB)."""
     from render_service.render.request import max_chars_per_token
-    from render_service.server import load_bundle
-    from render_service.config import ServeConfig
+    from render_service.serve.server import load_bundle
+    from render_service.serve.config import ServeConfig
 
     bundle = load_bundle(ServeConfig())
     limit = bundle.max_model_len * max_chars_per_token(bundle.tokenizer)

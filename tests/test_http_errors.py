@@ -12,11 +12,11 @@ import pytest
 
 from conftest import render_server, serve_app
 
-from render_service.config import ServeConfig
+from render_service.serve.config import ServeConfig
 from render_service.driver.app import create_app as create_driver_app
 from render_service.driver.config import DriverConfig
 from render_service.driver.flow import Driver
-from render_service.server import load_bundle
+from render_service.serve.server import load_bundle
 
 CHAT = {"messages": [{"role": "user", "content": "x"}]}
 

@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from conftest import MODELS, SHARED, free_port, needs_shared
-from render_service import cli
-from render_service.vllm_flags import VLLM_LAUNCH_RENDER_OPTIONS
+from render_service.serve import cli
+from render_service.serve.vllm_flags import VLLM_LAUNCH_RENDER_OPTIONS
 
 RECORDED = Path(__file__).resolve().parent / "fixtures" / "vllm" / "recorded" / "launch-render-flags.json"
 VLLM_FLAGS = json.loads(RECORDED.read_text()) if RECORDED.exists() else []
@@ -72,7 +72,7 @@ def test_no_abbreviations():
 
 
 def test_vllm_spellings():
-    from render_service import launch_compat
+    from render_service.serve import launch_compat
 
     argv = launch_compat.normalize_flag_spelling(["serve", "m", "--max_model_len=4k", "--served_model_name", "a_b",
                                                   "--api-key", "k1", "k2", "--api-key", "k3"])
@@ -81,7 +81,7 @@ def test_vllm_spellings():
 
 
 def test_ignored_flags_are_named_once():
-    from render_service import launch_compat
+    from render_service.serve import launch_compat
 
     args = _serve_parser().parse_args(["serve", "m", "--tensor-parallel-size", "2", "--enforce-eager",
                                        "--gpu-memory-utilization", "0.8", "--host", "0.0.0.0"])
@@ -89,25 +89,34 @@ def test_ignored_flags_are_named_once():
                                                  "--tensor-parallel-size"]
 
 
-def _fails_fast(argv: list[str], capsys) -> str:
-    start = time.monotonic()
-    assert cli.main(["serve", *argv]) == 2
-    assert time.monotonic() - start < 10, "the check must come before the model loads"
-    return capsys.readouterr().err
+@pytest.fixture
+def fails_fast(capsys, monkeypatch):
+    """``run(argv)``: `serve ARGV` exits 2 before the model loads (loading fails the test) → stderr."""
+    from render_service.serve import server
+
+    def load_bundle(*_args, **_kwargs):
+        raise AssertionError("the check must come before the model loads")
+
+    monkeypatch.setattr(server, "load_bundle", load_bundle)
+
+    def run(argv: list[str]) -> str:
+        assert cli.main(["serve", *argv]) == 2
+        return capsys.readouterr().err
+    return run
 
 
 @needs_shared
-def test_unknown_parser_lists_auto(capsys):
-    err = _fails_fast([str(MODELS / "qwen3"), "--tool-call-parser", "nope", "--port", str(free_port())], capsys)
+def test_unknown_parser_lists_auto(fails_fast):
+    err = fails_fast([str(MODELS / "qwen3"), "--tool-call-parser", "nope", "--port", str(free_port())])
     assert "--tool-call-parser" in err and "'nope'" in err and "choose from auto, " in err
 
 
 @needs_shared
-def test_port_in_use_fails_before_loading(capsys):
+def test_port_in_use_fails_before_loading(fails_fast):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        err = _fails_fast([str(MODELS / "qwen3"), "--host", "127.0.0.1", "--port", str(busy.getsockname()[1])], capsys)
+        err = fails_fast([str(MODELS / "qwen3"), "--host", "127.0.0.1", "--port", str(busy.getsockname()[1])])
     assert "cannot listen on 127.0.0.1" in err
 
 
@@ -116,7 +125,7 @@ def test_default_host_is_every_interface_as_vllm():
     does, so a command line swapped in for vLLM's answers in a pod (127.0.0.2 is loopback too,
     but a server bound to 127.0.0.1 alone never answers there)."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "render_service.cli", "serve", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "render_service.serve.cli", "serve", "--port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline, status = time.monotonic() + 120, None
@@ -133,14 +142,14 @@ def test_default_host_is_every_interface_as_vllm():
 
 
 @needs_shared
-def test_unreadable_template_fails_before_loading(tmp_path, capsys):
-    err = _fails_fast([str(MODELS / "qwen3"), "--chat-template", str(tmp_path / "missing.jinja"),
-                       "--port", str(free_port())], capsys)
+def test_unreadable_template_fails_before_loading(tmp_path, fails_fast):
+    err = fails_fast([str(MODELS / "qwen3"), "--chat-template", str(tmp_path / "missing.jinja"),
+                       "--port", str(free_port())])
     assert "--chat-template" in err and "missing.jinja" in err
 
 
-def test_missing_plugin_fails(tmp_path, capsys):
-    err = _fails_fast(["--tool-parser-plugin", str(tmp_path / "nope.py"), "--port", str(free_port())], capsys)
+def test_missing_plugin_fails(tmp_path, fails_fast):
+    err = fails_fast(["--tool-parser-plugin", str(tmp_path / "nope.py"), "--port", str(free_port())])
     assert "--tool-parser-plugin" in err
 
 
@@ -148,7 +157,7 @@ def test_missing_plugin_fails(tmp_path, capsys):
 def _serve(*argv: str):
     """`render-service serve ARGV` as a subprocess on a free port; yields (client, stderr lines so far)."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "render_service.cli", "serve", *argv, "--host", "127.0.0.1",
+    proc = subprocess.Popen([sys.executable, "-m", "render_service.serve.cli", "serve", *argv, "--host", "127.0.0.1",
                              "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
     try:
@@ -218,7 +227,7 @@ def test_generation_config_vllm_drops_the_models_defaults():
 
 
 def test_prompt_tokens_details_only_when_enabled():
-    from render_service.config import ServeConfig
+    from render_service.serve.config import ServeConfig
     from render_service.derender.service import Derenderer
     from render_service.model import load_model
     from render_service.wire.derender import DerenderChatRequest
@@ -272,14 +281,14 @@ def test_bad_config_file_is_one_line(tmp_path, capsys, name, text, message):
 
 @pytest.mark.parametrize("argv", [["-O3"], ["-O", "3"], ["-O=2"], ["-Odecode"]])
 def test_optimization_level_shorthand(argv, monkeypatch):
-    from render_service import launch_compat
+    from render_service.serve import launch_compat
 
     _, args = _config(["m", *argv], monkeypatch)
     assert launch_compat.ignored_flags(args) == ["--optimization-level"]
 
 
 def test_dotted_json_flags(monkeypatch):
-    from render_service import launch_compat
+    from render_service.serve import launch_compat
 
     config, args = _config(["m", "--limit-mm-per-prompt.image", "0", "--limit_mm_per_prompt.video=1",
                             "--compilation-config.level", "3", "--compilation_config.pass_config.fuse_norm", "true",

@@ -167,8 +167,8 @@ def test_api_key_guards_v1_only():
 
 
 def test_startup_errors_are_one_clear_line():
-    from render_service.config import ServeConfig
-    from render_service.server import StartupError, build_app
+    from render_service.serve.config import ServeConfig
+    from render_service.serve.server import StartupError, build_app
 
     for cfg, words in [
         (ServeConfig(model="/no/such/dir"), "no such file"),

@@ -90,7 +90,7 @@ def test_server_flag_turns_token_exact_history_on():
 
     import argparse
 
-    from render_service.cli import add_serve_parser, build_config
+    from render_service.serve.cli import add_serve_parser, build_config
 
     parser = argparse.ArgumentParser()
     add_serve_parser(parser.add_subparsers(dest="command"))

@@ -169,7 +169,7 @@ def test_completions_derender_takes_no_more_responses_than_render_makes_prompts(
 def test_batch_bounds_follow_the_serve_flags():
     import argparse
 
-    from render_service.cli import add_serve_parser, build_config
+    from render_service.serve.cli import add_serve_parser, build_config
 
     parser = argparse.ArgumentParser()
     add_serve_parser(parser.add_subparsers(dest="command"))
@@ -376,11 +376,11 @@ def driver_url() -> Iterator[str]:
     """`drive` with in-process render and engines that do not exist: every answer here must
     come from validation, before any hop."""
     from conftest import free_port, serve_app
-    from render_service.config import ServeConfig
+    from render_service.serve.config import ServeConfig
     from render_service.driver.app import create_app
     from render_service.driver.config import DriverConfig
     from render_service.driver.flow import Driver
-    from render_service.server import load_bundle
+    from render_service.serve.server import load_bundle
 
     cfg = ServeConfig()
     nowhere = f"http://127.0.0.1:{free_port()}"

@@ -47,9 +47,9 @@ def rt_bundle(rt_model):
 
 def _server(bundle, model: str, **flags):
     """A real server on loopback for ``bundle`` after start-up's parser checks."""
-    from render_service.config import ServeConfig
+    from render_service.serve.config import ServeConfig
     from render_service.http.app import create_app
-    from render_service.server import resolve_parsers
+    from render_service.serve.server import resolve_parsers
 
     config = resolve_parsers(ServeConfig(model=model, **flags), bundle)
     return serve_app(create_app(bundle, config)), config
@@ -131,8 +131,8 @@ def test_prompt_open_in_the_thinking_region_starts_in_reasoning(rt_bundle, rt_mo
 @pytest.mark.parametrize("flags", [dict(tool_call_parser="hf", enable_auto_tool_choice=True),
                                    dict(reasoning_parser="hf"), dict(reasoning_parser="beam")])
 def test_hf_without_response_template_is_refused_at_startup(flags):
-    from render_service.config import ServeConfig
-    from render_service.server import StartupError, build_app
+    from render_service.serve.config import ServeConfig
+    from render_service.serve.server import StartupError, build_app
 
     with pytest.raises(StartupError, match="response_template"):
         build_app(ServeConfig(model=str(MODELS / "qwen3"), **flags))
@@ -140,7 +140,7 @@ def test_hf_without_response_template_is_refused_at_startup(flags):
 
 def test_hf_with_a_template_lacking_the_field_is_refused_at_startup(tmp_path):
     from render_service.model import load_model
-    from render_service.server import StartupError
+    from render_service.serve.server import StartupError
 
     path = tmp_path / "qwen3"
     shutil.copytree(MODELS / "qwen3", path)

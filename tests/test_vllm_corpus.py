@@ -5,7 +5,7 @@ The corpus (`fixtures/vllm/corpus.py`) was sent to a real `vllm launch render` b
 goes to a real `render-service serve` (a subprocess, same flags) on loopback, and:
 
 - every field of our answer equals vLLM's, or is covered by one entry of the deliberate
-  difference list (`fixtures/vllm/differences.py`, also in the README);
+  difference list (`fixtures/vllm/differences.py`, also in docs/vllm.md);
 - every body we emit that vLLM defines validates against vLLM's JSON Schema
   (`../shared/design/vllm-0.33-schemas`, plus response models recorded from vLLM's Python in
   `recorded/schemas`): render outputs, derender responses and stream chunks, error bodies;
@@ -87,7 +87,7 @@ class OurServer:
 
     def __init__(self, recording: dict) -> None:
         exe = shutil.which("render-service")
-        cmd = [exe] if exe else [sys.executable, "-m", "render_service.cli"]
+        cmd = [exe] if exe else [sys.executable, "-m", "render_service.serve.cli"]
         self.port = free_port()
         self.proc = subprocess.Popen(
             [*cmd, "serve", str(MODELS / recording["model"]), "--host", "127.0.0.1", "--port", str(self.port),
@@ -454,9 +454,9 @@ def test_known_gaps_name_recorded_cases():
 
 
 def test_every_deliberate_difference_is_in_the_readme():
-    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    readme = " ".join((Path(__file__).resolve().parents[1] / "docs" / "vllm.md").read_text().split())
     missing = [d.readme for d in differences.DIFFERENCES if d.readme not in readme]
-    assert not missing, f"README's comparison with vLLM lacks: {missing}"
+    assert not missing, f"docs/vllm.md's comparison with vLLM lacks: {missing}"
 
 
 def test_no_stale_differences():

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import ServeConfig
+from ..serve.config import ServeConfig
 from ..errors import bad_request
 from .. import policy
-from ..policy import skip_special_tokens
+from ..policy import model_skips_special_tokens, skip_special_tokens
 from ..wire.derender import ChatRequestFields, ParseContext, ParseSource
 from ..wire.generate import SamplingParams
 from ..wire.openai import stop_list
@@ -107,7 +107,8 @@ def chat_plan(bundle: Any, config: ServeConfig, chat: ChatRequestFields | None, 
     has_parser = src is not None and (reasoning is not None or tool is not None)
 
     s = chat if chat is not None else sampling
-    skip = skip_special_tokens(s.skip_special_tokens if s is not None else None, has_parser)
+    skip = skip_special_tokens(s.skip_special_tokens if s is not None else None, has_parser,
+                               default=model_skips_special_tokens(bundle))
     top: int | None = None
     if chat is not None and chat.logprobs:
         top = None if chat.top_logprobs == -1 or chat.logprob_token_ids else (chat.top_logprobs or 0)
@@ -134,7 +135,8 @@ def completion_plan(bundle: Any, req: ChatRequestFields | None, sampling: Sampli
     """Plan for completions derender: never a parser (§1.7); logprobs keep ``logprobs + 1``
     candidates (all for -1 or unset)."""
     s = req if req is not None else sampling
-    skip = skip_special_tokens(s.skip_special_tokens if s is not None else None, parser_active=False)
+    skip = skip_special_tokens(s.skip_special_tokens if s is not None else None, parser_active=False,
+                               default=model_skips_special_tokens(bundle))
     top = None
     if req is not None and isinstance(req.logprobs, int) and not isinstance(req.logprobs, bool) and req.logprobs >= 0:
         top = req.logprobs + 1

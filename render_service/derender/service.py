@@ -20,7 +20,7 @@ import logging
 import time
 from typing import Any
 
-from ..config import ServeConfig
+from ..serve.config import ServeConfig
 from ..errors import OpenAIError, bad_request
 from . import assemble
 from .choice import ChoiceStream, Delta

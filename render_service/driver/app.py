@@ -35,10 +35,9 @@ from starlette.routing import Route
 from ..errors import OpenAIError, bad_request
 from ..http import info_routes
 from ..http.common import JSONResponse, error_response, http_error_response, read_json
-from ..wire.frontdoors import error_body
+from ..doors import DOORS
 from .drain import Drain, answer_cut, shutting_down
 from .flow import Driver
-from .frontdoors import FrontDoorFlow
 from .legs import RequestScope
 from .responder import Responder
 from .upstream import error_from_exception
@@ -65,7 +64,7 @@ class DriveEndpoint:
                 raise bad_request("Request body must be a JSON object.")
         except OpenAIError as err:
             self.driver.metrics.requests.labels(self.kind, str(err.status)).inc()
-            await out.json(err.status, error_body(self.kind, err), {})
+            await out.json(err.status, DOORS[self.kind].error_body(err), {})
             return
         rscope = RequestScope()
         work = asyncio.create_task(self.driver.handle(self.kind, body, request.headers, out, rscope))
@@ -98,8 +97,8 @@ def create_app(driver: Driver) -> Starlette:
         try:
             body = await read_json(request, driver.config.serve.max_body_bytes)
         except OpenAIError as err:
-            return JSONResponse(error_body("messages", err), status_code=err.status)
-        status, answer = await FrontDoorFlow(driver).count_tokens(body)
+            return JSONResponse(DOORS["messages"].error_body(err), status_code=err.status)
+        status, answer = await driver.doors.count_tokens(body)
         return JSONResponse(answer, status_code=status)
 
     async def metrics(request: Request) -> Response:
@@ -108,10 +107,7 @@ def create_app(driver: Driver) -> Starlette:
         return Response(driver.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     routes = [
-        Route("/v1/chat/completions", DriveEndpoint(driver, "chat", drain), methods=["POST"]),
-        Route("/v1/completions", DriveEndpoint(driver, "completion", drain), methods=["POST"]),
-        Route("/v1/responses", DriveEndpoint(driver, "responses", drain), methods=["POST"]),
-        Route("/v1/messages", DriveEndpoint(driver, "messages", drain), methods=["POST"]),
+        *(Route(door.path, DriveEndpoint(driver, name, drain), methods=["POST"]) for name, door in DOORS.items()),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..config import ServeConfig
+from ..serve.config import ServeConfig
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import time
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Collection
+from typing import TYPE_CHECKING, Callable, Collection, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -35,6 +35,16 @@ if TYPE_CHECKING:
     from .legs import Leg
 
 FALLBACKS = ("no_history", "no_lease", "lease_expired", "instance_gone", "continuity_broken")
+
+
+def conversation_key(body: dict, headers: Mapping[str, str]) -> str | None:
+    """Session-affinity key: body ``conversation_id``, ``X-Conversation-Id``, body
+    ``session_id`` or ``X-Session-ID`` (vLLM's hint, §6.3), first one present."""
+    for value in (body.get("conversation_id"), headers.get("x-conversation-id"),
+                  body.get("session_id"), headers.get("x-session-id")):
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
+            return str(value)
+    return None
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import uvicorn
 
 from ..errors import OpenAIError
 from ..wire import sse
-from ..wire.frontdoors import error_body, stream_error_event
+from ..doors.wire import error_body, stream_error_event
 from .legs import RequestScope
 from .responder import Responder
 

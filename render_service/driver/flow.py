@@ -2,7 +2,8 @@
 
 Theory of operation
 -------------------
-For each client request (chat or completions)::
+For each client request, whatever its door (chat, completions, Responses, Messages: the
+door's flow renders it and words the answer)::
 
     render ─▶ for each rendered prompt:  prefill leg ─▶ decode leg (always SSE) ─┐
                                                                                  ▼
@@ -37,22 +38,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from typing import Any, AsyncIterator, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import httpx
 import orjson
 
+from ..doors import DOORS
 from ..errors import OpenAIError, bad_request
 from ..render import new_request_id
 from .config import DriverConfig
-from .frontdoors import KINDS as FRONT_DOORS, FrontDoorFlow
-from .conversations import KVReuse
+from .conversations import KVReuse, conversation_key
+from .doors import DoorFlow, Sent
 from .hops import LocalHops, RemoteHops
-from .legs import Attempts, Collected, Leg, RequestScope
+from .legs import Collected, Leg, RequestScope, Upstreams, relay
 from .responder import Responder, client_chunk
 from .timing import DriverMetrics, HopTimer
-from .upstream import HopError, Pool
+from .upstream import HopError
 
 log = logging.getLogger("render_service.driver")
 
@@ -61,18 +62,8 @@ ABORT_PATH = "/abort_requests"          # wire brief §1.9: unauthenticated on -
 Observer = Callable[[str, dict], None]
 
 
-def conversation_key(body: dict, headers: Mapping[str, str]) -> str | None:
-    """Session-affinity key: body ``conversation_id``, ``X-Conversation-Id``, body
-    ``session_id`` or ``X-Session-ID`` (vLLM's hint, §6.3), first one present."""
-    for value in (body.get("conversation_id"), headers.get("x-conversation-id"),
-                  body.get("session_id"), headers.get("x-session-id")):
-        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
-            return str(value)
-    return None
-
-
 class Driver:
-    """The four-hop driver.
+    """The four-hop driver: one `handle` for every door (`doors.DOORS`).
 
     Args:
         config: `DriverConfig`.
@@ -86,39 +77,24 @@ class Driver:
     def __init__(self, config: DriverConfig, bundle: Any = None, observer: Observer | None = None) -> None:
         self.config = config
         self.metrics = DriverMetrics()
-        self.pools = {"prefill": Pool("prefill", config.prefill), "decode": Pool("decode", config.decode)}
-        self.observer = observer
         self.kv_reuse = KVReuse(config.decode, self.metrics.registry) if config.kv_reuse else None
-        self._client: httpx.AsyncClient | None = None
+        self.upstreams = Upstreams(config, self.metrics, self.kv_reuse, observer)
+        self.pools = self.upstreams.pools
+        self.client = self.upstreams.client
         if config.render:
             self.hops: LocalHops | RemoteHops = RemoteHops(config.render, self.client)
         else:
             if bundle is None:
                 raise ValueError("in-process render needs a loaded model bundle")
             self.hops = LocalHops(bundle, config.serve)
-
-    # -- plumbing ----------------------------------------------------------------------
-    def client(self) -> httpx.AsyncClient:
-        """The shared HTTP client (created on first use, inside the serving event loop)."""
-        if self._client is None:
-            c = self.config
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(c.timeout, connect=c.connect_timeout),
-                limits=httpx.Limits(max_connections=c.max_connections, max_keepalive_connections=256),
-            )
-        return self._client
+        chat = ChatFlow(self.hops)
+        doors = DoorFlow(self.hops, self.upstreams, config.render)
+        self.flows: dict[str, ChatFlow | DoorFlow] = {
+            name: doors if door.over_chat else chat for name, door in DOORS.items()}
+        self.doors = doors
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
-
-    def notify(self, event: str, info: dict) -> None:
-        if self.observer is not None:
-            self.observer(event, info)
-
-    def attempts(self, hop: str, key: str | None) -> "Attempts":
-        return Attempts(self, self.pools[hop], key)
+        await self.upstreams.aclose()
 
     async def flush_aborts(self, scope: RequestScope) -> None:
         """Post ``/abort_requests`` for every leg recorded in ``scope`` (best effort, bounded
@@ -167,100 +143,85 @@ class Driver:
     # -- one request ---------------------------------------------------------------------
     async def handle(self, kind: str, body: dict, headers: Mapping[str, str], out: Responder,
                      scope: RequestScope) -> None:
-        """Serve one ``/v1/chat/completions`` (``kind="chat"``) or ``/v1/completions``
-        (``"completion"``) request with JSON ``body``; writes the response to ``out``.
-        Never raises except `asyncio.CancelledError` (client gone). ``"responses"`` and
-        ``"messages"`` go to `FrontDoorFlow`."""
-        if kind in FRONT_DOORS:
-            return await FrontDoorFlow(self).handle(kind, body, headers, out, scope)
+        """Serve one request of door ``kind`` (``"chat"``, ``"completion"``, ``"responses"``,
+        ``"messages"``: `doors.DOORS`) with JSON ``body``; writes the response to ``out``.
+        Never raises except `asyncio.CancelledError` (client gone). The door's flow
+        (`ChatFlow` / `doors.DoorFlow`) renders, streams or collects, and words errors."""
+        flow = self.flows[kind]
         timer = HopTimer()
         self.metrics.in_flight.inc()
-        base_id = headers.get("x-request-id") or body.get("request_id") or new_request_id()
-        reply_headers = {"x-request-id": str(base_id)}
+        base_id = str(flow.request_id(body, headers))
+        reply_headers = {"x-request-id": base_id}
         key = conversation_key(body, headers)
-        reuse = self.kv_reuse if kind == "chat" and key is not None else None
+        reuse = self.kv_reuse if kind != "completion" and key is not None else None
+        sent = Sent()
         try:
             with timer.measure("render"):
                 rendered_body = reuse.render_body(key, body) if reuse is not None else body
-                gens, request = await self.hops.render(kind, rendered_body, str(base_id))
-                if request is rendered_body:  # a remote derender needs no history ids
-                    request = body
+                gens, request = await flow.render(kind, rendered_body, body, base_id)
             stream = body.get("stream") is True
             if stream and len(gens) > 1:
                 raise bad_request("Streaming several prompts in one request is not supported by the driver; "
                                   "send one request per prompt.", "prompt")
-            legs = [Leg(self, g, key, scope, timer) for g in gens]
+            legs = [Leg(self.upstreams, g, key, scope, timer) for g in gens]
             if reuse is not None:
                 reuse.prepare(key, legs[0], reply_headers)
             if stream:
-                await self._stream(kind, body, request, legs[0], timer, out, reply_headers)
+                await flow.stream(kind, body, request, legs[0], timer, out, reply_headers, sent)
             else:
-                await self._whole(kind, body, request, legs, timer, out, reply_headers)
+                await flow.whole(kind, body, request, legs, timer, out, reply_headers)
             if reuse is not None:
                 reuse.finish(key, legs[0])
         except OpenAIError as err:
             if isinstance(err, HopError):
                 self.metrics.upstream_errors.labels(err.hop, str(err.status)).inc()
                 log.warning("%s", err.message)
-            await self._fail(out, err, timer, reply_headers)
+            await flow.fail(kind, out, err, timer, reply_headers, sent)
         except Exception:
             log.exception("driver failed on a %s request", kind)
-            await self._fail(out, OpenAIError(500, "Internal error in the driver; this is a bug, please report it."),
-                             timer, reply_headers)
+            await flow.fail(kind, out, OpenAIError(500, "Internal error in the driver; this is a bug, please report it."),
+                            timer, reply_headers, sent)
         finally:
             self.metrics.in_flight.dec()
             self.metrics.observe(timer)
             self.metrics.requests.labels(kind, str(out.status or 499)).inc()
 
-    async def _fail(self, out: Responder, err: OpenAIError, timer: HopTimer, headers: dict) -> None:
+
+class ChatFlow:
+    """The chat and completions doors through the hops: OpenAI JSON or ``data:`` SSE."""
+
+    def __init__(self, hops: LocalHops | RemoteHops) -> None:
+        self.hops = hops
+
+    @staticmethod
+    def request_id(body: dict, headers: Mapping[str, str]) -> str:
+        """``X-Request-Id``, else the body's ``request_id``, else random."""
+        return headers.get("x-request-id") or body.get("request_id") or new_request_id()
+
+    async def render(self, kind: str, rendered_body: dict, body: dict, base_id: str) -> tuple[list[dict], Any]:
+        gens, request = await self.hops.render(kind, rendered_body, base_id)
+        if request is rendered_body:  # a remote derender needs no history ids
+            request = body
+        return gens, request
+
+    async def fail(self, kind: str, out: Responder, err: OpenAIError, timer: HopTimer, headers: dict,
+                   sent: Sent) -> None:
         if out.started:  # after the 200 of a stream: an error event, then [DONE] (vLLM's way)
             await out.event(err.body())
             await out.end_events(f"server-timing {timer.server_timing()}")
         else:
             await out.json(err.status, err.body(), {**headers, "server-timing": timer.server_timing()})
 
-    async def _decode(self, leg: Leg, session: Any, continuous_usage: bool) -> AsyncIterator[tuple[dict, dict | None]]:
-        """Decode chunks, each with its derendered chunk (None without ``session``).
-        Stops — cutting decode — once derender has finished every choice the engine has not."""
-        timer, first = leg.timer, None
-        derendered: set[int] = set()
-        engine_done: set[int] = set()
-        events = leg.decode_events(continuous_usage)
-        try:
-            async for chunk in events:
-                if first is None:
-                    first = time.perf_counter()
-                    timer.add("kv_handoff", first - leg.prefill_done)
-                metrics = chunk.get("metrics")
-                if isinstance(metrics, dict) and metrics.get("kv_source"):
-                    timer.kv_source = str(metrics["kv_source"])
-                for c in chunk.get("choices") or []:
-                    if c.get("finish_reason"):
-                        engine_done.add(c.get("index", 0))
-                out = None
-                if session is not None:
-                    with timer.measure("derender"):
-                        out = await session.step(chunk)
-                    derendered.update(c.get("index", 0) for c in out.get("choices") or [] if c.get("finish_reason"))
-                yield chunk, out
-                if len(derendered) >= leg.n and len(engine_done) < leg.n:
-                    leg.scope.abort_reason = "stop_string"
-                    break
-        finally:
-            await events.aclose()
-            if first is not None:
-                timer.add("decode", time.perf_counter() - first)
-
-    async def _stream(self, kind: str, body: dict, request: Any, leg: Leg, timer: HopTimer, out: Responder,
-                      headers: dict) -> None:
+    async def stream(self, kind: str, body: dict, request: Any, leg: Leg, timer: HopTimer, out: Responder,
+                     headers: dict, sent: Sent) -> None:
         opts = body.get("stream_options") or {}
         include_usage = bool(opts.get("include_usage"))
         await leg.prefill()
         session = self.hops.open_stream(kind, request, leg.prompt)
-        relay = self._decode(leg, session, bool(opts.get("continuous_usage_stats")))
+        chunks = relay(leg, session, bool(opts.get("continuous_usage_stats")))
         produced, usage_sent, last = 0, False, None
-        async with contextlib.aclosing(relay):
-            item = await anext(relay, None)  # failures up to the first token are plain HTTP errors
+        async with contextlib.aclosing(chunks):
+            item = await anext(chunks, None)  # failures up to the first token are plain HTTP errors
             await out.start_events({**headers, "server-timing": timer.server_timing()})
             while item is not None:
                 chunk, derendered = item
@@ -270,23 +231,23 @@ class Driver:
                     await out.event(view)
                     last = view
                     usage_sent |= view.get("usage") is not None and not view["choices"]
-                item = await anext(relay, None)
+                item = await anext(chunks, None)
         if include_usage and not usage_sent and last is not None:  # decode was cut before its usage chunk
             usage = {"prompt_tokens": len(leg.prompt), "total_tokens": len(leg.prompt) + produced,
                      "completion_tokens": produced, "prompt_tokens_details": None, "completion_tokens_details": None}
             await out.event({**last, "choices": [], "usage": usage})
         await out.end_events(f"server-timing {timer.server_timing()}")
 
-    async def _whole(self, kind: str, body: dict, request: Any, legs: list[Leg], timer: HopTimer, out: Responder,
-                     headers: dict) -> None:
+    async def whole(self, kind: str, body: dict, request: Any, legs: list[Leg], timer: HopTimer, out: Responder,
+                    headers: dict) -> None:
         stops = body.get("stop")
 
         async def one(leg: Leg) -> dict:
             await leg.prefill()
             watch = self.hops.open_stream(kind, request, leg.prompt) if stops else None
             collected = Collected(leg)
-            async with contextlib.aclosing(self._decode(leg, watch, False)) as relay:
-                async for chunk, _ in relay:
+            async with contextlib.aclosing(relay(leg, watch, False)) as chunks:
+                async for chunk, _ in chunks:
                     collected.add(chunk)
             return collected.response()
 

@@ -29,11 +29,12 @@ from typing import Any, Callable, TypeVar
 import httpx
 import pydantic
 
-from ..config import ServeConfig
+from ..serve.config import ServeConfig
 from ..derender.plan import chat_plan, completion_plan
 from ..derender.service import Derenderer, StreamSession
 from ..errors import OpenAIError
-from ..render import render_chat, render_completion
+from ..doors.completions import render_completion
+from ..render import render_chat
 from ..wire.derender import ChatRequestFields, DerenderChatRequest, DerenderCompletionRequest
 from ..wire.generate import GenerateResponse
 from ..wire.openai import ChatCompletionRequest, CompletionRequest

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator
 
 import httpx
 import orjson
@@ -28,8 +28,7 @@ from ..wire.generate import ENGINE_ID_PREFIX, OUTPUT_KIND_DELTA, OUTPUT_KIND_FIN
 from .upstream import HopError, Pool, error_from_event, error_from_exception, error_from_status, post_json, sse_data
 
 if TYPE_CHECKING:
-    from .flow import Driver
-    from .timing import HopTimer
+    from .timing import DriverMetrics, HopTimer
 
 log = logging.getLogger("render_service.driver")
 
@@ -95,12 +94,53 @@ class RequestScope:
             raise
 
 
+class Upstreams:
+    """What legs use of the driver: the prefill/decode pools, the shared HTTP client, the
+    metrics, the bidirectional-KV book (`conversations.KVReuse`, or None) and the observer.
+    Legs take this, never the `Driver`, so nothing below the driver calls back into it.
+
+    Args:
+        config: `DriverConfig` (pools from ``prefill`` / ``decode``, client timeouts and limits).
+        metrics: `DriverMetrics`.
+        kv_reuse: `KVReuse` when ``drive --kv-reuse``, else None.
+        observer: optional ``observer(event, info)`` called synchronously at hop boundaries.
+    """
+
+    def __init__(self, config: Any, metrics: "DriverMetrics", kv_reuse: Any = None,
+                 observer: Callable[[str, dict], None] | None = None) -> None:
+        self.config, self.metrics, self.kv_reuse, self.observer = config, metrics, kv_reuse, observer
+        self.pools = {"prefill": Pool("prefill", config.prefill), "decode": Pool("decode", config.decode)}
+        self._client: httpx.AsyncClient | None = None
+
+    def client(self) -> httpx.AsyncClient:
+        """The shared HTTP client (created on first use, inside the serving event loop)."""
+        if self._client is None:
+            c = self.config
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(c.timeout, connect=c.connect_timeout),
+                limits=httpx.Limits(max_connections=c.max_connections, max_keepalive_connections=256),
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def notify(self, event: str, info: dict) -> None:
+        if self.observer is not None:
+            self.observer(event, info)
+
+    def attempts(self, hop: str, key: str | None) -> "Attempts":
+        return Attempts(self, self.pools[hop], key)
+
+
 class Leg:
     """One rendered prompt on its way through prefill and decode."""
 
-    def __init__(self, driver: "Driver", gen: dict, conversation: str | None, scope: RequestScope,
+    def __init__(self, upstreams: "Upstreams", gen: dict, conversation: str | None, scope: RequestScope,
                  timer: HopTimer) -> None:
-        self.driver, self.gen, self.conversation, self.scope, self.timer = driver, gen, conversation, scope, timer
+        self.upstreams, self.gen, self.conversation, self.scope, self.timer = upstreams, gen, conversation, scope, timer
         self.prompt: list[int] = gen["token_ids"]
         self.n = int((gen.get("sampling_params") or {}).get("n") or 1)
         rid = str(gen.get("request_id") or new_request_id())
@@ -121,10 +161,10 @@ class Leg:
 
     async def prefill(self) -> None:
         """Run the prefill leg; keeps its ``kv_transfer_params`` for decode."""
-        pool, client = self.driver.pools["prefill"], self.driver.client()
+        pool, client = self.upstreams.pools["prefill"], self.upstreams.client()
         body = prefill_leg(self.gen, self.pull)
         with self.timer.measure("prefill"):
-            attempts = self.driver.attempts("prefill", self.conversation)
+            attempts = self.upstreams.attempts("prefill", self.conversation)
             for url in attempts:
                 with pool.use(url), self.scope.leg("prefill", url, self.engine_id):
                     try:
@@ -138,9 +178,9 @@ class Leg:
         self.prefill_done = time.perf_counter()
         params = resp.get("kv_transfer_params") if isinstance(resp, dict) else None
         self.kv_params = params if isinstance(params, dict) else None
-        if self.report is not None and self.driver.kv_reuse is not None:
-            self.driver.kv_reuse.observe_prefill(self, resp.get("metrics") if isinstance(resp, dict) else None)
-        self.driver.notify("prefill_done", {"request_id": self.engine_id, "url": url,
+        if self.report is not None and self.upstreams.kv_reuse is not None:
+            self.upstreams.kv_reuse.observe_prefill(self, resp.get("metrics") if isinstance(resp, dict) else None)
+        self.upstreams.notify("prefill_done", {"request_id": self.engine_id, "url": url,
                                             "kv_transfer_params": self.kv_params})
 
     async def decode_events(self, continuous_usage: bool) -> AsyncIterator[dict]:
@@ -150,10 +190,10 @@ class Leg:
             HopError: connect failure on every instance (503), non-200 answer, an error
             event in the stream (502), timeout (504), broken connection (502).
         """
-        pool, client = self.driver.pools["decode"], self.driver.client()
+        pool, client = self.upstreams.pools["decode"], self.upstreams.client()
         content = orjson.dumps(decode_leg(self.gen, self.kv_params, continuous_usage, self.retain))
         headers = {"content-type": "application/json", **self.headers}
-        attempts = self.driver.attempts("decode", self.conversation)
+        attempts = self.upstreams.attempts("decode", self.conversation)
         for url in attempts:
             request = client.build_request("POST", url + GENERATE_PATH, content=content, headers=headers)
             with self.scope.leg("decode", url, self.engine_id):
@@ -201,12 +241,46 @@ class Leg:
             self.kept = chunk["kv_transfer_params"]
 
 
+async def relay(leg: Leg, session: Any, continuous_usage: bool) -> AsyncIterator[tuple[dict, dict | None]]:
+    """``leg``'s decode chunks, each with its derendered view (``await session.step(chunk)``;
+    None without ``session``). Stops, cutting decode, once derender has finished every
+    choice the engine has not (a stop string): ``leg.scope.abort_reason`` says so."""
+    timer, first = leg.timer, None
+    derendered: set[int] = set()
+    engine_done: set[int] = set()
+    events = leg.decode_events(continuous_usage)
+    try:
+        async for chunk in events:
+            if first is None:
+                first = time.perf_counter()
+                timer.add("kv_handoff", first - leg.prefill_done)
+            metrics = chunk.get("metrics")
+            if isinstance(metrics, dict) and metrics.get("kv_source"):
+                timer.kv_source = str(metrics["kv_source"])
+            for c in chunk.get("choices") or []:
+                if c.get("finish_reason"):
+                    engine_done.add(c.get("index", 0))
+            out = None
+            if session is not None:
+                with timer.measure("derender"):
+                    out = await session.step(chunk)
+                derendered.update(c.get("index", 0) for c in out.get("choices") or [] if c.get("finish_reason"))
+            yield chunk, out
+            if len(derendered) >= leg.n and len(engine_done) < leg.n:
+                leg.scope.abort_reason = "stop_string"
+                break
+    finally:
+        await events.aclose()
+        if first is not None:
+            timer.add("decode", time.perf_counter() - first)
+
+
 class Attempts:
     """The instances of one hop to try for one leg, best first (`Pool.order`). Iterating
     past the last one raises a single 503 that lists every connect failure."""
 
-    def __init__(self, driver: "Driver", pool: Pool, key: str | None) -> None:
-        self.driver, self.pool, self.order = driver, pool, pool.order(key)
+    def __init__(self, upstreams: "Upstreams", pool: Pool, key: str | None) -> None:
+        self.upstreams, self.pool, self.order = upstreams, pool, pool.order(key)
         self.errors: list[str] = []
 
     def __iter__(self) -> Iterator[str]:
@@ -217,7 +291,7 @@ class Attempts:
     def failed(self, err: HopError) -> None:
         """The last instance yielded could not be connected to; the next one is tried."""
         log.warning("%s", err.message)
-        self.driver.metrics.upstream_errors.labels(self.pool.hop, "connect").inc()
+        self.upstreams.metrics.upstream_errors.labels(self.pool.hop, "connect").inc()
         self.errors.append(err.message.removeprefix(f"{self.pool.hop} hop failed: ").rstrip("."))
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
-import importlib
 import logging
 
 from starlette.applications import Starlette
@@ -11,36 +9,19 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..config import ServeConfig
+from ..serve.config import ServeConfig
 from ..errors import OpenAIError
+from . import derender_routes, door_routes, info_routes, render_routes
 from .admission import AdmissionMiddleware
 from .cancel import ClientGoneMiddleware
-from .common import AppContext, JSONResponse, error_response, http_error_response
+from .common import AppContext, JSONResponse, authorized, error_response, http_error_response, unauthorized
 
 log = logging.getLogger("render_service.http")
 
 # Feature modules that contribute routes; each exposes `routes(ctx) -> list[Route]`.
-ROUTE_MODULES = (
-    "render_service.http.render_routes",
-    "render_service.http.derender_routes",
-    "render_service.http.info_routes",
-    "render_service.http.frontdoor_routes",
-)
+ROUTE_MODULES = (render_routes, derender_routes, info_routes, door_routes)
 # vLLM guards /v1, /v2 and /inference; our short aliases of /v1 routes are guarded too.
 _GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/render", "/derender")
-
-
-def authorized(headers: list[tuple[bytes, bytes]], keys: tuple[str, ...]) -> bool:
-    """True when the first ``Authorization`` header is ``Bearer <one of keys>`` (as vLLM:
-    with several such headers the first one counts). Compared in constant time."""
-    auth = next((v for k, v in headers if k == b"authorization"), b"")
-    token = auth[7:] if auth[:7].lower() == b"bearer " else b""
-    return any(hmac.compare_digest(token, k.encode()) for k in keys)
-
-
-def unauthorized() -> OpenAIError:
-    """The 401 of a missing or wrong API key."""
-    return OpenAIError(401, "Missing or invalid API key.", type="AuthenticationError")
 
 
 class ApiKeyMiddleware:
@@ -115,13 +96,7 @@ def create_app(bundle, config: ServeConfig) -> Starlette:
     ctx = AppContext(bundle=bundle, config=config)
     ctx.multimodal = _multimodal_renderer(bundle, config, ctx.run_cpu)
     routes = []
-    for name in ROUTE_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
+    for module in ROUTE_MODULES:
         routes.extend(module.routes(ctx))
     app = Starlette(
         routes=routes,

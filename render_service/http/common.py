@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import hmac
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
@@ -14,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..config import ServeConfig
+from ..serve.config import ServeConfig
 from ..errors import OpenAIError, bad_request
 from ..wire.validate import validate  # noqa: F401  (routes import it from here)
 from .admission import Admission, Overloaded
@@ -98,7 +99,7 @@ async def http_error_response(request: Request, exc: HTTPException) -> JSONRespo
         message = str(exc.detail)
     err = OpenAIError(exc.status_code, message)
     if path.rstrip("/") in ANTHROPIC_PATHS:  # Anthropic's clients parse Anthropic's shape, even for a 405
-        from ..wire.frontdoors import anthropic_error_body
+        from ..doors.wire import anthropic_error_body
 
         return JSONResponse(anthropic_error_body(err), status_code=err.status, headers=exc.headers)
     return JSONResponse(err.body(), status_code=err.status, headers=exc.headers)
@@ -138,3 +139,14 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         raise bad_request(f"Request body is not valid JSON: {exc}") from None
 
 
+def authorized(headers: list[tuple[bytes, bytes]], keys: tuple[str, ...]) -> bool:
+    """True when the first ``Authorization`` header is ``Bearer <one of keys>`` (as vLLM:
+    with several such headers the first one counts). Compared in constant time."""
+    auth = next((v for k, v in headers if k == b"authorization"), b"")
+    token = auth[7:] if auth[:7].lower() == b"bearer " else b""
+    return any(hmac.compare_digest(token, k.encode()) for k in keys)
+
+
+def unauthorized() -> OpenAIError:
+    """The 401 of a missing or wrong API key."""
+    return OpenAIError(401, "Missing or invalid API key.", type="AuthenticationError")

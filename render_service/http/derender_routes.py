@@ -26,6 +26,7 @@ from starlette.routing import Route
 from ..derender.pipe import PipeSession
 from ..derender.service import Derenderer
 from ..errors import OpenAIError, bad_request
+from ..doors import DOORS
 from ..wire.derender import (DerenderChatRequest, DerenderChatStreamRequest, DerenderCompletionRequest,
                              DerenderCompletionStreamRequest, PipeHeader)
 from .admission import Overloaded
@@ -74,11 +75,11 @@ def routes(ctx: AppContext) -> list[Route]:
     chat = endpoint((DerenderChatRequest, d.chat), (DerenderChatStreamRequest, d.chat_stream))
     completion = endpoint((DerenderCompletionRequest, d.completion), (DerenderCompletionStreamRequest, d.completion_stream))
     return [
-        Route("/v1/chat/completions/derender", chat, methods=["POST"]),
+        Route(DOORS["chat"].derender_path, chat, methods=["POST"]),
         Route("/derender", chat, methods=["POST"]),
-        Route("/v1/completions/derender", completion, methods=["POST"]),
-        Route("/v1/chat/completions/derender/pipe", PipeEndpoint(ctx, d, "chat"), methods=["POST"]),
-        Route("/v1/completions/derender/pipe", PipeEndpoint(ctx, d, "completion"), methods=["POST"]),
+        Route(DOORS["completion"].derender_path, completion, methods=["POST"]),
+        Route(DOORS["chat"].derender_path + "/pipe", PipeEndpoint(ctx, d, "chat"), methods=["POST"]),
+        Route(DOORS["completion"].derender_path + "/pipe", PipeEndpoint(ctx, d, "completion"), methods=["POST"]),
     ]
 
 

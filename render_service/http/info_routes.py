@@ -18,8 +18,7 @@ from ..errors import check_token_ids
 from ..render import render_chat
 from ..render.request import check_prompt_chars
 from ..wire.openai import ChatCompletionRequest
-from .app import authorized, unauthorized
-from .common import AppContext, JSONResponse, read_json, validate
+from .common import AppContext, JSONResponse, authorized, read_json, unauthorized, validate
 
 _STARTED = int(time.time())
 

@@ -7,8 +7,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..policy import effective_tool_choice, tool_parser_active
-from ..render import new_request_id, render_chat, render_completion
+from ..policy import tool_parser_active
+from ..doors import DOORS
+from ..doors.completions import render_completion
+from ..render import new_request_id, render_chat
 from ..render.tool_constraints import unenforced
 from ..render.media import chat_media_parts, load_media_input, mm_payload
 from ..wire.openai import ChatCompletionRequest, CompletionRequest
@@ -35,7 +37,7 @@ def routes(ctx: AppContext) -> list[Route]:
         out = await ctx.run_cpu(render_chat, ctx.bundle, ctx.config, req, rid, media)
         ctx.metrics.rendered(request.url.path, out)
         parser = ctx.config.tool_call_parser if tool_parser_active(ctx.config) else None
-        note = unenforced(parser, req.tools, effective_tool_choice(req.tool_choice, req.tools))
+        note = unenforced(parser, req.tools, req.effective_tool_choice)
         # a forced call nothing will enforce (render.tool_constraints): say so rather than fail
         headers = {TOOL_CHOICE_UNCONSTRAINED: note} if note else None
         if (out.get("features") or {}).get("kwargs_data"):
@@ -53,7 +55,7 @@ def routes(ctx: AppContext) -> list[Route]:
         return JSONResponse(out)
 
     return [
-        Route("/v1/chat/completions/render", chat, methods=["POST"]),
+        Route(DOORS["chat"].render_path, chat, methods=["POST"]),
         Route("/render", chat, methods=["POST"]),
-        Route("/v1/completions/render", completion, methods=["POST"]),
+        Route(DOORS["completion"].render_path, completion, methods=["POST"]),
     ]

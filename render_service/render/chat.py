@@ -12,7 +12,7 @@ from typing import Any
 from parsers import api as parsers_api
 
 from .. import policy
-from ..config import ServeConfig
+from ..serve.config import ServeConfig
 from ..errors import bad_request
 from ..model import ModelBundle
 from ..model.template_sandbox import request_template
@@ -47,7 +47,7 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
         a parser, template exceptions, prompts longer than the context, …).
     """
     refuse_beam_search(req)
-    tool_choice = policy.effective_tool_choice(req.tool_choice, req.tools)
+    tool_choice = req.effective_tool_choice
     policy.require_tool_parser(config, tool_choice)
     check_logprobs(config, {"top_logprobs": req.top_logprobs, "prompt_logprobs": req.prompt_logprobs})
 
@@ -81,7 +81,7 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
 
     reasoning_active = bool(config.reasoning_parser)
     skip = policy.skip_special_tokens(req.skip_special_tokens, policy.parser_active(config, tool_choice),
-                                      default=bool(bundle.generation_config.get("skip_special_tokens", True)))
+                                      default=policy.model_skips_special_tokens(bundle))
     constraint = chat_tool_constraint(config, req, tool_choice)
     prompt_logprobs = req.prompt_logprobs
     if prompt_logprobs is None and req.echo:

@@ -9,7 +9,7 @@ import functools
 import secrets
 from typing import Any
 
-from ..config import ServeConfig
+from ..serve.config import ServeConfig
 from ..errors import bad_request, check_token_ids
 from ..model import ModelBundle
 from ..wire.limits import logit_bias_ids

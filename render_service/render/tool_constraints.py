@@ -29,6 +29,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from parsers.formats import FORMATS
+
 from ..policy import named_tool
 from .sampling import structured_outputs_object
 
@@ -52,6 +54,14 @@ JSON_SCHEMA_PARSERS = frozenset({
 })
 STRICT_LEVELS = ("auto", "function", "parameter")
 _THINK = ["<think>", "</think>"]
+
+# Each family's call markers, read from the parsers' table (parsers/formats.py) so the tag
+# forces exactly the syntax the parser reads back.
+_HERMES, _LONGCAT, _QWEN_XML, _MIMO = FORMATS["hermes"], FORMATS["longcat"], FORMATS["qwen3_coder"], FORMATS["mimo"]
+_DEEPSEEK, _DEEPSEEK_V31, _KIMI = FORMATS["deepseek_v3"], FORMATS["deepseek_v31"], FORMATS["kimi_k2"]
+_MINIMAX, _GLM = FORMATS["minimax_m2"], FORMATS["glm45"]
+_DS_CALLS_BEGIN, _DS_CALLS_END = _DEEPSEEK.section_begin[0], _DEEPSEEK.section_end[0]
+_DS_CALL, _DS_SEP, _DS_END = _DEEPSEEK.call_begin[0], _DEEPSEEK_V31.header_end[0], _DEEPSEEK.call_end[0]
 
 
 @dataclass(frozen=True)
@@ -159,7 +169,7 @@ def _plamo3(tools: Tools, choice: str) -> dict:
 
 
 def _deepseek(call_begin: Callable[[str], str], call_end: str, separator: str):
-    calls_begin, calls_end = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+    calls_begin, calls_end = _DS_CALLS_BEGIN, _DS_CALLS_END
 
     def build(tools: Tools, choice: str) -> dict:
         if choice == "forced":
@@ -174,31 +184,33 @@ def _deepseek(call_begin: Callable[[str], str], call_end: str, separator: str):
 
 
 def _kimi(tools: Tools, choice: str) -> dict:
-    section_begin, section_end = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
-    tags = [_tag(f"<|tool_call_begin|>functions.{name}:",
-                 _seq({"type": "regex", "pattern": "\\d+"}, _const("<|tool_call_argument_begin|>"), _json(schema)),
-                 "<|tool_call_end|>") for name, schema in tools]
+    section_begin, section_end = _KIMI.section_begin[0], _KIMI.section_end[0]
+    tags = [_tag(f"{_KIMI.call_begin[0]}functions.{name}:",
+                 _seq({"type": "regex", "pattern": "\\d+"}, _const(_KIMI.header_end[0]), _json(schema)),
+                 _KIMI.call_end[0]) for name, schema in tools]
     if choice == "forced":
         return _seq(_const(section_begin), tags[0], _const(section_end))
     calls = _separated(tags, "", at_least_one=True, stop_after_first=False)
     if choice == "required":
         return _seq(_const(section_begin), calls, _const(section_end))
     return _triggered([section_begin], [_tag(section_begin, calls, section_end)],
-                      excludes=[*_THINK, "<|tool_call_begin|>"])
+                      excludes=[*_THINK, _KIMI.call_begin[0]])
 
 
 def _minimax(tools: Tools, choice: str) -> dict:
-    tags = [_tag(f'<invoke name="{name}">\n', _json(schema, "minimax_xml"), "</invoke>\n") for name, schema in tools]
+    begin, end = _MINIMAX.section_begin[0], _MINIMAX.section_end[0]
+    tags = [_tag(f'{_MINIMAX.call_begin[0]}"{name}">\n', _json(schema, "minimax_xml"), f"{_MINIMAX.xml.call_end[0]}\n")
+            for name, schema in tools]
     calls = _separated(tags, "", at_least_one=True, stop_after_first=choice == "forced")
     if choice == "auto":
-        return _triggered(["<minimax:tool_call>"], [_tag("<minimax:tool_call>\n", calls, "</minimax:tool_call>")],
-                          excludes=_THINK)
-    return _seq(_const("\n<minimax:tool_call>\n"), calls, _const("</minimax:tool_call>"))
+        return _triggered([begin], [_tag(f"{begin}\n", calls, end)], excludes=_THINK)
+    return _seq(_const(f"\n{begin}\n"), calls, _const(end))
 
 
 # ---- GLM-4.7 (vLLM-owned builder): non-strict tools pin keys and basic value types ------------
-_GLM_EXCLUDES = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
-                 "</arg_value>"]
+_GLM_CALL, _GLM_END, _GLM_XML = _GLM.call_begin[0], _GLM.xml.call_end[0], _GLM.xml
+_GLM_EXCLUDES = [*_THINK, _GLM_CALL, _GLM_END, _GLM_XML.key_begin, _GLM_XML.key_end, _GLM_XML.value_begin,
+                 _GLM_XML.value_end]
 
 
 def _any_text(excludes: list[str] | None = None) -> dict:
@@ -232,15 +244,16 @@ def _glm_plain_properties(params: dict) -> dict | None:
 
 
 def _glm_tag(name: str, schema: Any, params: dict | None) -> dict:
-    begin = f"<tool_call>{name}"
+    begin = f"{_GLM_CALL}{name}"
     if schema is not True:  # strict: the whole argument schema, GLM's XML style
-        return _tag(begin, _json(schema, "glm_xml"), "</tool_call>")
+        return _tag(begin, _json(schema, "glm_xml"), _GLM_END)
     properties = _glm_plain_properties(params or {})
     if properties is None:
-        return _tag(begin, _json(True, "glm_xml"), "</tool_call>")
-    pairs = [_seq(_const(f"<arg_key>{key}</arg_key><arg_value>"), _glm_value(prop), _const("</arg_value>"))
+        return _tag(begin, _json(True, "glm_xml"), _GLM_END)
+    x = _GLM_XML
+    pairs = [_seq(_const(f"{x.key_begin}{key}{x.key_end}{x.value_begin}"), _glm_value(prop), _const(x.value_end))
              for key, prop in properties.items()]
-    return _tag(begin, {"type": "star", "content": _or(pairs)}, "</tool_call>")
+    return _tag(begin, {"type": "star", "content": _or(pairs)}, _GLM_END)
 
 
 def _glm(tools: Tools, choice: str, params: dict[str, dict | None]) -> dict:
@@ -249,10 +262,10 @@ def _glm(tools: Tools, choice: str, params: dict[str, dict | None]) -> dict:
         # every tool strict: xgrammar's builtin glm_4_7 tag
         if choice == "forced":
             return tags[0]
-        return _triggered(["<tool_call>"], tags, at_least_one=choice == "required",
-                          excludes=[e for e in _GLM_EXCLUDES if e != "<tool_call>"])
+        return _triggered([_GLM_CALL], tags, at_least_one=choice == "required",
+                          excludes=[e for e in _GLM_EXCLUDES if e != _GLM_CALL])
     if choice == "auto":
-        return _triggered(["<tool_call>"], tags, excludes=[e for e in _GLM_EXCLUDES if e != "<tool_call>"])
+        return _triggered([_GLM_CALL], tags, excludes=[e for e in _GLM_EXCLUDES if e != _GLM_CALL])
     return _separated(tags, "", at_least_one=True, stop_after_first=choice == "forced")
 
 
@@ -342,19 +355,20 @@ def _kimi_k3(tools: Tools, choice: str) -> dict:
 
 
 BUILDERS: dict[str, Callable[[Tools, str], dict]] = {
-    "hermes": _hermes_style("<tool_call>", "</tool_call>"),
-    "longcat": _hermes_style("<longcat_tool_call>", "</longcat_tool_call>"),
+    "hermes": _hermes_style(_HERMES.call_begin[0], _HERMES.call_end[0]),
+    "longcat": _hermes_style(_LONGCAT.call_begin[0], _LONGCAT.call_end[0]),
     "llama": _single_or_triggered('{"name": ', lambda n: f'{{"name": "{n}", "parameters": ', "}", "json"),
-    "qwen_3_coder": _single_or_triggered("<tool_call>\n<function=", lambda n: f"<tool_call>\n<function={n}>\n",
-                                         "\n</function>\n</tool_call>", "qwen_xml"),
-    "deepseek_r1": _deepseek(lambda n: f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{n}\n```json\n",
-                             "\n```<｜tool▁call▁end｜>", "\n"),
-    "deepseek_v3_1": _deepseek(lambda n: f"<｜tool▁call▁begin｜>{n}<｜tool▁sep｜>", "<｜tool▁call▁end｜>", ""),
+    "qwen_3_coder": _single_or_triggered(f"{_QWEN_XML.section_begin[0]}\n{_QWEN_XML.call_begin[0]}",
+                                         lambda n: f"{_QWEN_XML.section_begin[0]}\n{_QWEN_XML.call_begin[0]}{n}>\n",
+                                         f"\n{_QWEN_XML.xml.call_end[0]}\n{_QWEN_XML.section_end[0]}", "qwen_xml"),
+    "deepseek_r1": _deepseek(lambda n: f"{_DS_CALL}function{_DS_SEP}{n}\n```json\n", f"\n```{_DS_END}", "\n"),
+    "deepseek_v3_1": _deepseek(lambda n: f"{_DS_CALL}{n}{_DS_SEP}", _DS_END, ""),
     "kimi": _kimi,
     "minimax": _minimax,
     "harmony": _harmony,
-    "mimo": _single_or_triggered("<tool_call>", lambda n: f"<tool_call><function={n}>", "</function></tool_call>",
-                                 "qwen_xml", excludes=[*_THINK, "</tool_call>", "<function="]),
+    "mimo": _single_or_triggered(_MIMO.section_begin[0], lambda n: f"{_MIMO.section_begin[0]}{_MIMO.call_begin[0]}{n}>",
+                                 f"{_MIMO.xml.call_end[0]}{_MIMO.section_end[0]}", "qwen_xml",
+                                 excludes=[*_THINK, _MIMO.section_end[0], _MIMO.call_begin[0]]),
     "deepseek_v3_2": _dsml("function_calls", "｜DSML｜", "deepseek_xml"),
     "deepseek_v4": _dsml("tool_calls", "｜DSML｜", "deepseek_xml"),
     "deepseek_v4_1": _dsml("calls", "｜DSML｜ ", "deepseek_v4_1_xml"),

@@ -1,6 +1,6 @@
 """Agent loops on the render side: the continuity figure and token-exact history for a chat turn.
 
-Two request extensions (README, "Agent loops"), both about the previous turn of the same
+Two request extensions (docs/guide.md, "Agent loops"), both about the previous turn of the same
 conversation:
 
 - ``previous_turn: {"prompt_token_ids": [...], "output_token_ids": [...]}`` — what the
@@ -23,9 +23,9 @@ from typing import Any
 
 from prometheus_client import Histogram
 
-from .. import continuity, policy
+from .. import continuity
 from . import exact_history
-from ..config import ServeConfig
+from ..serve.config import ServeConfig
 from ..errors import bad_request, check_token_ids
 from ..model import ModelBundle
 from ..model.templates import ChatTemplate
@@ -80,7 +80,7 @@ def render_turn(bundle: ModelBundle, config: ServeConfig, req: Any, template: Ch
     # --content-special-tokens text so that its control-token text stays text.
     tools = req.tools
     if (tools is not None and config.exclude_tools_when_tool_choice_none
-            and policy.effective_tool_choice(req.tool_choice, tools) == "none"):
+            and req.effective_tool_choice == "none"):
         tools = None
     plain = (prepare_messages(req.messages, template, media=media), tools, req.documents, kwargs)
     sanitizer = bundle.sanitizer(template) if config.content_special_tokens == "text" else None

@@ -178,7 +178,7 @@ class ChatCompletionRequest(SamplingFields):
 
     @model_validator(mode="after")
     def _consistency(self) -> "ChatCompletionRequest":
-        policy.check_tools(self.tools)
+        check_tools(self.tools)
         policy.check_tool_choice(self.tool_choice, self.tools)
         if policy.named_tool(self.tool_choice) is not None and any(
                 (self.structured_outputs or {}).get(k) is not None for k in ("json", "regex", "choice")):
@@ -192,6 +192,12 @@ class ChatCompletionRequest(SamplingFields):
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs requires logprobs: true")
         return self
+
+    @property
+    def effective_tool_choice(self) -> str | dict:
+        """``tool_choice`` with vLLM's default (`policy.effective_tool_choice`): what render,
+        its turn logic and the render route all read, decided in one place."""
+        return policy.effective_tool_choice(self.tool_choice, self.tools)
 
 
 class CompletionRequest(SamplingFields):
@@ -266,3 +272,28 @@ def _check_object(value: Any, types: dict[str, Any], where: str) -> None:
     if not isinstance(value, dict):
         raise ValueError(f"{where} must be an object")
     check_types(value, types, where)
+
+
+# vLLM 0.33's types for a chat tool's optional fields (ChatCompletionToolsParam, FunctionDefinition).
+_TOOL_TYPES = {"defer_loading": bool}
+_TOOL_FUNCTION_TYPES = {"description": str, "strict": bool}
+
+
+def check_tools(tools: list | None) -> None:
+    """``tools``: null, or a non-empty list of ``{"type": "function", "function": {name, parameters}}``.
+
+    Raises:
+        ValueError: naming the first bad entry.
+    """
+    if tools is not None and not tools:
+        raise ValueError("tools must not be an empty list; omit it instead")
+    for i, tool in enumerate(tools or []):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or tool.get("type", "function") != "function":
+            raise ValueError(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}")
+        if not isinstance(function.get("name"), str) or not function["name"]:
+            raise ValueError(f"tools[{i}].function.name must be a non-empty string")
+        if function.get("parameters") is not None and not isinstance(function["parameters"], dict):
+            raise ValueError(f"tools[{i}].function.parameters must be a JSON Schema object")
+        check_types(tool, _TOOL_TYPES, f"tools[{i}]")
+        check_types(function, _TOOL_FUNCTION_TYPES, f"tools[{i}].function")

@@ -37,17 +37,17 @@ import jinja2
 import jinja2.ext
 import jinja2.sandbox
 
-from ..config import ServeConfig
-from ..errors import OpenAIError
-from ..wire.validate import validate
-from ..model import ModelBundle
-from ..wire.frontdoors import AnthropicMessagesRequest
-from ..wire.openai import ChatCompletionRequest
-from ..multimodal import anthropic_image_url
-from .chat import render_chat
-from .turns import carry_agent_loop_fields
-from .media import MediaInput
-from .request import TRUNCATE_HINT
+from ...serve.config import ServeConfig
+from ...errors import OpenAIError
+from ...wire.validate import validate
+from ...model import ModelBundle
+from .wire import AnthropicMessagesRequest
+from ...wire.openai import ChatCompletionRequest
+from ...multimodal import anthropic_image_url
+from ...render.chat import render_chat
+from ...render.turns import carry_agent_loop_fields
+from ...render.media import MediaInput
+from ...render.request import TRUNCATE_HINT
 
 BILLING_HEADER = "x-anthropic-billing-header"
 _PASS_FIELDS = ("model", "temperature", "top_p", "top_k", "cache_salt", "kv_transfer_params", "ec_transfer_params",

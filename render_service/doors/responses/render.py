@@ -26,16 +26,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import OpenAIError, bad_request
-from ..wire.validate import validate
-from ..model import ModelBundle
-from ..config import ServeConfig
-from ..wire.frontdoors import ResponsesRequest
-from ..wire.openai import ChatCompletionRequest
-from .chat import render_chat
-from .media import MediaInput
-from .turns import carry_agent_loop_fields
-from .request import TRUNCATE_HINT, new_request_id
+from ...errors import OpenAIError, bad_request
+from ...wire.validate import validate
+from ...model import ModelBundle
+from ...serve.config import ServeConfig
+from .wire import ResponsesRequest
+from ...wire.openai import ChatCompletionRequest
+from ...render.chat import render_chat
+from ...render.media import MediaInput
+from ...render.turns import carry_agent_loop_fields
+from ...render.request import TRUNCATE_HINT, new_request_id
 
 # Responses fields that mean the same in a chat request.
 _SAME_FIELDS = ("model", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",

@@ -1,31 +1,23 @@
-"""Client requests of the Responses and Anthropic Messages front doors.
+"""Client requests of the OpenAI Responses door.
 
 Field names, types and defaults follow vLLM 0.33's ``ResponsesRequest``
-(``entrypoints/openai/responses/protocol.py``) and ``AnthropicMessagesRequest``
-(``entrypoints/anthropic/protocol.py``); JSON Schemas of both are in
-``../shared/design/vllm-0.33-schemas/``. Unknown keys are accepted and ignored. Only what
-render and derender read is typed; items and content blocks stay plain dicts after their
-shape is checked, since the converters read them as data.
+(``entrypoints/openai/responses/protocol.py``; JSON Schema in
+``../shared/design/vllm-0.33-schemas/``). Unknown keys are accepted and ignored; items stay
+plain dicts after their shape is checked, since the converter reads them as data.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
-from ..errors import OpenAIError
-from .generate import GenerateResponse
-from .limits import MAX_MESSAGES, LogitBias, PassThrough, StopStrings, bounded_list, check_stops
-from .openai import VllmTypedFields
-from .validate import check_types
+from ...wire.generate import GenerateResponse
+from ...wire.limits import MAX_MESSAGES, LogitBias, PassThrough, StopStrings, bounded_list
+from ...wire.openai import VllmTypedFields
+from ...wire.validate import check_types
+from ..wire import LOOSE, DerenderCommon
 
-
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-# -- OpenAI Responses ------------------------------------------------------------------
 
 _MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 _ITEM_REQUIRED = {"function_call": ("call_id", "name", "arguments"), "function_call_output": ("call_id", "output"),
@@ -181,181 +173,25 @@ class ResponsesRequest(VllmTypedFields):
         return self
 
 
-# -- Anthropic Messages ----------------------------------------------------------------
 
-_BLOCK_TYPES = ("text", "image", "tool_use", "tool_result", "tool_reference", "thinking", "redacted_thinking")
-
-
-class AnthropicBlock(_Lenient):
-    """A content block: ``text``, ``image``, ``tool_use``, ``tool_result``, ``thinking``,
-    ``redacted_thinking`` (``tool_reference`` is accepted and ignored, as in vLLM)."""
-
-    type: Literal["text", "image", "tool_use", "tool_result", "tool_reference", "thinking", "redacted_thinking"]
-    text: str | None = None
-    source: dict[str, Any] | None = None
-    id: str | None = None
-    tool_use_id: str | None = None
-    name: str | None = None
-    input: PassThrough | None = None
-    content: str | list[PassThrough] | None = None
-    is_error: bool | None = None
-    thinking: str | None = None
-    signature: str | None = None
-    data: str | None = None
-    tool_name: str | None = None  # tool_reference blocks (vLLM types it; render ignores the block)
-
-
-class AnthropicMessage(_Lenient):
-    role: Literal["user", "assistant", "system"]
-    content: str | list[AnthropicBlock]
-
-
-class AnthropicTool(_Lenient):
-    name: str
-    description: str | None = None
-    input_schema: PassThrough
-    strict: bool | None = None
-    defer_loading: bool | None = None
-
-
-class AnthropicToolChoice(_Lenient):
-    type: Literal["auto", "any", "tool", "none"]
-    name: str | None = None
-    disable_parallel_tool_use: bool | None = None
-
-
-class AnthropicThinking(_Lenient):
-    type: Literal["enabled", "disabled", "adaptive"]
-    budget_tokens: int | None = None
-    display: Literal["summarized", "omitted", "updates"] | None = None
-
-    @model_validator(mode="after")
-    def _budget(self) -> "AnthropicThinking":
-        if self.type == "enabled" and (self.budget_tokens is None or self.budget_tokens < 1024):
-            raise ValueError("thinking.budget_tokens must be at least 1024")
-        return self
-
-
-class AnthropicMessagesRequest(VllmTypedFields):
-    """``POST /v1/messages`` (and ``…/render``) body, as vLLM 0.33 accepts it."""
-
-    model: str = Field(min_length=1)
-    messages: bounded_list(AnthropicMessage, MAX_MESSAGES)
-    max_tokens: int = Field(gt=0)
-    system: str | list[AnthropicBlock] | None = None
-    metadata: PassThrough | None = None
-    output_config: PassThrough | None = None
-    thinking: AnthropicThinking | None = None
-    stop_sequences: Annotated[list[str] | None, Field(max_length=4), AfterValidator(check_stops)] = None
-    stream: bool | None = False
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    tool_choice: AnthropicToolChoice | None = None
-    tools: list[AnthropicTool] | None = None
-    cache_salt: str | None = Field(default=None, min_length=1, max_length=1024)
-    kv_transfer_params: PassThrough | None = None
-    ec_transfer_params: PassThrough | None = None
-    vllm_xargs: PassThrough | None = None
-    chat_template_kwargs: PassThrough | None = None
-
-    @model_validator(mode="after")
-    def _budget(self) -> "AnthropicMessagesRequest":
-        remote_prefill = bool((self.kv_transfer_params or {}).get("do_remote_decode"))
-        if self.thinking is not None and self.thinking.type == "enabled" and not remote_prefill \
-                and self.thinking.budget_tokens >= self.max_tokens:
-            raise ValueError("thinking.budget_tokens must be less than max_tokens")
-        return self
-
-
-class AnthropicCountTokensRequest(AnthropicMessagesRequest):
-    """``POST /v1/messages/count_tokens``: a Messages body without ``max_tokens``."""
-
-    max_tokens: int = Field(default=1, gt=0)
-
-    @model_validator(mode="after")
-    def _budget(self) -> "AnthropicCountTokensRequest":  # nothing is generated: no budget to check
-        return self
-
-
-# -- derender bodies (our routes; modelled on the chat derender, wire brief §1.6) ----------
-
-_LOOSE = ConfigDict(extra="ignore")
-
-
-class _DerenderCommon(BaseModel):
-    model_config = _LOOSE
-    model: str | None = None
-    prompt_token_ids: list[int] | None = None
-    prompt_tokens: int | None = Field(None, ge=0)
-
-
-class DerenderResponsesRequest(_DerenderCommon):
+class DerenderResponsesRequest(DerenderCommon):
     stream: Literal[False] = False
     generate_response: GenerateResponse
     responses_request: ResponsesRequest
 
 
-class DerenderResponsesStreamRequest(_DerenderCommon):
+class DerenderResponsesStreamRequest(DerenderCommon):
     stream: Literal[True]
     generate_chunk: GenerateResponse
     stream_state: dict | None = None
     responses_request: ResponsesRequest
 
 
-class DerenderMessagesRequest(_DerenderCommon):
-    stream: Literal[False] = False
-    generate_response: GenerateResponse
-    messages_request: AnthropicMessagesRequest
+class PipeHeader(BaseModel):
+    """First line of ``POST /v1/responses/derender/pipe``."""
 
-
-class DerenderMessagesStreamRequest(_DerenderCommon):
-    stream: Literal[True]
-    generate_chunk: GenerateResponse
-    stream_state: dict | None = None
-    messages_request: AnthropicMessagesRequest
-
-
-
-class FrontDoorPipeHeader(BaseModel):
-    """First line of ``POST /v1/{responses,messages}/derender/pipe``."""
-
-    model_config = _LOOSE
+    model_config = LOOSE
     model: str | None = None
     prompt_token_ids: list[int] | None = None
     prompt_tokens: int | None = Field(None, ge=0)
     responses_request: ResponsesRequest | None = None
-    messages_request: AnthropicMessagesRequest | None = None
-
-
-# -- errors in each API's shape -------------------------------------------------------
-
-# vLLM 0.33's table (entrypoints/anthropic/protocol.py), 503 → overloaded_error included (Anthropic itself
-# documents that type for 529); kept for parity with vLLM's /v1/messages.
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-                    503: "overloaded_error", 529: "overloaded_error"}
-
-
-def anthropic_error_type(status: int) -> str:
-    """Anthropic's ``error.type`` for an HTTP status (other 4xx: ``invalid_request_error``,
-    5xx: ``api_error``)."""
-    return _ANTHROPIC_TYPES.get(status, "invalid_request_error" if 400 <= status < 500 else "api_error")
-
-
-def anthropic_error_body(err: OpenAIError) -> dict:
-    """``{"type": "error", "error": {"type", "message"}}``."""
-    return {"type": "error", "error": {"type": anthropic_error_type(err.status), "message": err.message}}
-
-
-def error_body(kind: str, err: OpenAIError) -> dict:
-    """The non-streaming error body of front door ``kind`` (``messages`` → Anthropic's)."""
-    return anthropic_error_body(err) if kind == "messages" else err.body()
-
-
-def stream_error_event(kind: str, err: OpenAIError, sequence_number: int = 0) -> dict:
-    """The last event of a failed stream, in the API's shape."""
-    if kind == "messages":
-        return anthropic_error_body(err)
-    return {"type": "error", "code": err.type, "message": err.message, "param": err.param,
-            "sequence_number": sequence_number}

@@ -14,14 +14,14 @@ import logging
 import os
 import sys
 
-from . import __version__
+from .. import __version__
 
 # Subcommands contributed by other packages of this project: name → (module with
 # `register(subparsers)`, one-line help). A module is imported only when its subcommand runs,
 # so `serve` never loads the bench or the reference engine.
 _SUBCOMMANDS = {
     "engine": ("reference_engine.cli", "reference tokens-only engine (test/demo tool)"),
-    "drive": ("render_service.driver.cli", "OpenAI endpoint over render -> prefill -> decode -> derender"),
+    "drive": ("render_service.serve.drive", "OpenAI endpoint over render -> prefill -> decode -> derender"),
     "bench": ("bench.cli", "capacity bench for render servers (ours or vLLM's)"),
 }
 
@@ -148,7 +148,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="a request that cannot start on the CPU pool within this delay gets 503 + Retry-After "
                         "(keep it under the router's timeout: llm-d's token-producer waits 5 s)")
     p.add_argument("--max-logprobs", type=int, default=20, help="top logprobs allowed per token (-1: no limit)")
-    from .wire.limits import MAX_BATCH_PROMPT_LENGTH, MAX_BATCH_PROMPTS
+    from ..wire.limits import MAX_BATCH_PROMPT_LENGTH, MAX_BATCH_PROMPTS
 
     p.add_argument("--max-batch-prompts", type=_positive, default=MAX_BATCH_PROMPTS,
                    help="most prompts in one completions request (more: 400)")
@@ -157,7 +157,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
                         "(more: 400)")
     add_log_level_argument(p, "info")
     add_connection_arguments(p)
-    from .multimodal import flags as media_flags
+    from ..multimodal import flags as media_flags
 
     media_flags.add_arguments(p)
     from . import launch_compat
@@ -169,7 +169,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
 def build_config(args: argparse.Namespace):
     """`ServeConfig` from parsed ``serve`` arguments."""
     from . import launch_compat
-    from .multimodal import flags as media_flags
+    from ..multimodal import flags as media_flags
 
     return serve_config_from_args(
         args,
@@ -197,7 +197,7 @@ def run_serve(args: argparse.Namespace) -> int:
     """Load the model, check the parser choices, and serve until interrupted."""
     import uvicorn
 
-    from .derender.state import MIN_SECRET_CHARS, random_secret
+    from ..derender.state import MIN_SECRET_CHARS, random_secret
     from .server import StartupError, build_app
 
     config = build_config(args)
@@ -226,7 +226,7 @@ def run_serve(args: argparse.Namespace) -> int:
     connection = {**connection_options(args), "root_path": config.root_path, "access_log": config.access_log}
     if config.workers > 1:
         os.environ["RENDER_SERVICE_CONFIG"] = json.dumps(config.__dict__, default=list)
-        uvicorn.run("render_service.server:app_from_env", factory=True, host=config.host, port=config.port,
+        uvicorn.run("render_service.serve.server:app_from_env", factory=True, host=config.host, port=config.port,
                     workers=config.workers, log_level=args.uvicorn_log_level, **connection)
     else:
         uvicorn.run(app, host=config.host, port=config.port, log_level=args.uvicorn_log_level, **connection)

@@ -1,19 +1,20 @@
-"""Front door: OpenAI legacy completions → one `GenerateRequest` per prompt (wire brief §1.4)."""
+"""The OpenAI completions door: legacy completions → one `GenerateRequest` per prompt (wire brief §1.4)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..config import ServeConfig
-from ..errors import bad_request, check_token_ids
+from ..serve.config import ServeConfig
+from ..errors import OpenAIError, bad_request, check_token_ids
 from ..model import ModelBundle
 from ..policy import skip_special_tokens
 from ..wire.limits import check_batch
 from ..wire.openai import CompletionRequest
-from .request import (
+from ..render.request import (
     check_logprobs, check_min_tokens, check_prompt_chars, generate_request, refuse_beam_search, resolve_max_tokens,
     sampling_params, truncate,
 )
+from .door import Door
 
 
 def render_completion(
@@ -61,3 +62,14 @@ def render_completion(
             )
         )
     return out
+
+
+DOOR = Door(
+    name="completion",  # the driver's metrics label for this door
+    path="/v1/completions",
+    render_path="/v1/completions/render",
+    derender_path="/v1/completions/derender",
+    request=CompletionRequest,
+    render=lambda bundle, config, req, request_id, media=None: render_completion(bundle, config, req, request_id),
+    error_body=OpenAIError.body,
+)

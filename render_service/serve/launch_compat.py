@@ -24,7 +24,7 @@ from typing import Any
 
 from .vllm_flags import VLLM_LAUNCH_RENDER_OPTIONS
 
-log = logging.getLogger("render_service.cli")
+log = logging.getLogger("render_service.serve.cli")
 
 _NOOP_PREFIX = "vllm_noop__"
 GENERATION_CONFIG_KEYS = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p", "max_new_tokens")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .wire.limits import MAX_BATCH_PROMPT_LENGTH, MAX_BATCH_PROMPTS
+from ..wire.limits import MAX_BATCH_PROMPT_LENGTH, MAX_BATCH_PROMPTS
 
 
 @dataclass(frozen=True)

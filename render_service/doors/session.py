@@ -1,11 +1,12 @@
 """Derender for the Responses and Anthropic Messages back doors: engine tokens → a
 ``Response`` / an Anthropic ``message``, whole or streamed. No HTTP.
 
-One pipeline: the client's request converts to the same chat conversation render used
-(`responses_to_chat` / `messages_to_chat`), which plans the parsers (`chat_plan`); each
-choice runs through the chat derender's `ChoiceStream` (detokenizer, stop strings,
-reasoning and tool parsers), and its deltas go to the API's event machine
-(`ResponsesStream` / `AnthropicStream`). Non-streaming is the stream fed once.
+One pipeline for every door over chat (`doors.OVER_CHAT`): the client's request converts
+to the same chat conversation render used (``door.to_chat``), which plans the parsers
+(`chat_plan`); each choice runs through the chat derender's `ChoiceStream` (detokenizer,
+stop strings, reasoning and tool parsers), and its deltas go to the door's event machine
+(``door.open_machine``: `ResponsesStream` / `AnthropicStream`). Non-streaming is the stream
+fed once.
 
 Bodies (our own routes; vLLM 0.33 has no derender for these APIs), modelled on the chat
 derender (wire brief §1.6):
@@ -27,17 +28,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..derender.choice import ChoiceStream
+from ..derender.plan import Plan, chat_plan
+from ..derender.service import Derenderer
 from ..errors import OpenAIError, bad_request
-from ..render.anthropic import messages_to_chat
-from ..render.responses import responses_to_chat
 from ..wire.derender import ChatRequestFields
 from ..wire.generate import GenChoice, GenerateResponse
-from .anthropic import AnthropicMessage, AnthropicStream
-from .assemble import response_id
-from .choice import ChoiceStream, Delta
-from .plan import Plan, chat_plan
-from .responses import ResponsesStream, response_envelope
-from .service import Derenderer
+from . import OVER_CHAT
 
 
 class FrontDoorSession:
@@ -52,20 +49,20 @@ class FrontDoorSession:
     def __init__(self, d: Derenderer, kind: str, request: Any, prompt: list[int] | None, *, model: str,
                  prompt_tokens: int | None = None, payload: dict | None = None) -> None:
         self.d, self.kind, self.request = d, kind, request
-        chat = responses_to_chat(request) if kind == "responses" else messages_to_chat(request)
+        self.door = OVER_CHAT[kind]
+        chat = self.door.to_chat(request)
         self.plan: Plan = chat_plan(d.bundle, d.config, ChatRequestFields.model_validate(chat), None, None)
         if payload is None:
             self.created = int(time.time())
             self.prompt_len = prompt_tokens if prompt_tokens is not None else len(prompt or [])
             self.cs = ChoiceStream(self.plan, d.tok, prompt)
-            self.fd: ResponsesStream | AnthropicStream | None = None
+            self.fd: Any = None  # the door's event machine, opened by the first chunk
             self.model = model
         else:
             try:
                 self.created, self.prompt_len = int(payload["c"]), int(payload["pl"])
                 self.cs = ChoiceStream(self.plan, d.tok, None, payload["cs"])
-                self.fd = (ResponsesStream(state=payload["fd"]) if kind == "responses"
-                           else AnthropicStream(state=payload["fd"])) if payload.get("fd") is not None else None
+                self.fd = self.door.restore_machine(payload["fd"]) if payload.get("fd") is not None else None
             except OpenAIError:
                 raise
             except Exception:
@@ -77,23 +74,10 @@ class FrontDoorSession:
         return {"c": self.created, "pl": self.prompt_len, "cs": self.cs.export_state(),
                 "fd": self.fd.export_state() if self.fd is not None else None}
 
-    def _machine(self, request_id: str) -> ResponsesStream | AnthropicStream:
+    def _machine(self, request_id: str) -> Any:
         if self.fd is None:
-            rid = response_id(request_id, "chat")
-            if self.kind == "responses":
-                if not rid.startswith("resp_"):
-                    rid = "resp_" + rid.removeprefix("chatcmpl-")
-                env = response_envelope(self.request, response_id=rid, created_at=self.created, model=self.model,
-                                        sampling=self._sampling())
-                self.fd = ResponsesStream(env)
-            else:
-                self.fd = AnthropicStream(rid, self.model, self.prompt_len)
+            self.fd = self.door.open_machine(self, request_id)
         return self.fd
-
-    def _sampling(self) -> dict:
-        gc, r = self.d.bundle.generation_config, self.request
-        pick = lambda name: getattr(r, name) if getattr(r, name) is not None else gc.get(name, 1.0)  # noqa: E731
-        return {"temperature": pick("temperature"), "top_p": pick("top_p"), "max_tokens": r.max_output_tokens}
 
     def step(self, gen: GenerateResponse) -> list[dict]:
         """One engine chunk (or the whole response) → back-door events."""
@@ -109,14 +93,8 @@ class FrontDoorSession:
             delta = self.cs.step(ch)
             if delta is None:
                 continue
-            out += self._events(fd, delta)
+            out += self.door.events(fd, delta, self.prompt_len, self.cs.n_tokens)
         return out
-
-    def _events(self, fd: Any, delta: Delta) -> list[dict]:
-        n = self.cs.n_tokens
-        if self.kind == "responses":
-            return fd.step(delta, {"input_tokens": self.prompt_len, "output_tokens": n})
-        return fd.step(delta, n)
 
     def finish(self, finish_reason: str = "abort") -> list[dict]:
         """End a stream the engine did not finish (cut by the driver): flush as ``finish_reason``."""
@@ -168,13 +146,8 @@ def one_choice(gen: GenerateResponse, param: str) -> None:
 
 
 def final_object(kind: str, events: list[dict]) -> dict:
-    """The finished ``Response`` / ``message`` that ``events`` (a whole stream) describe."""
-    if kind == "responses":
-        return events[-1]["response"]
-    acc = AnthropicMessage()
-    for ev in events:
-        acc.add(ev)
-    return acc.message
+    """The finished answer of door ``kind`` (``Response`` / ``message``) that ``events`` (a whole stream) describe."""
+    return OVER_CHAT[kind].final(events)
 
 
 class FrontDoorDerenderer:
@@ -184,7 +157,7 @@ class FrontDoorDerenderer:
         self.d = d
 
     def _session(self, kind: str, req: Any, payload: dict | None) -> FrontDoorSession:
-        request = req.responses_request if kind == "responses" else req.messages_request
+        request = getattr(req, OVER_CHAT[kind].request_field)
         prompt = req.prompt_token_ids
         self.d.check_prompt(prompt, "prompt_token_ids")
         model = self.d.model_name(req.model or request.model)

@@ -11,16 +11,18 @@ engine's ``[DONE]`` becomes the API's ``error`` event and ends the stream.
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pydantic
 
 from ..errors import OpenAIError, bad_request
 from ..wire import sse
-from ..wire.frontdoors import FrontDoorPipeHeader, stream_error_event
+from . import OVER_CHAT
 from ..wire.generate import GenerateResponse
-from .frontdoors import FrontDoorSession
-from .pipe import PipeSession
-from .service import Derenderer
+from .session import FrontDoorSession
+from ..derender.pipe import PipeSession
+from ..derender.service import Derenderer
 
 
 def _events(events: list[dict]) -> bytes:
@@ -36,10 +38,11 @@ class FrontDoorPipe(PipeSession):
     """
 
     # PipeSession.__init__ is not called: it plans a chat/completion answer; this one plans its own.
-    def __init__(self, d: Derenderer, kind: str, header: FrontDoorPipeHeader) -> None:
-        request = header.responses_request if kind == "responses" else header.messages_request
+    def __init__(self, d: Derenderer, kind: str, header: Any) -> None:
+        field = OVER_CHAT[kind].request_field
+        request = getattr(header, field)
         if request is None:
-            raise bad_request(f"The pipe header needs `{kind}_request`.", f"{kind}_request")
+            raise bad_request(f"The pipe header needs `{field}`.", field)
         d.check_prompt(header.prompt_token_ids, "prompt_token_ids")
         self.kind = kind
         self.session = FrontDoorSession(d, kind, request, header.prompt_token_ids,
@@ -71,4 +74,4 @@ class FrontDoorPipe(PipeSession):
         self.finished = True
         fd = self.session.fd
         seq = fd.seq if fd is not None and hasattr(fd, "seq") else 0
-        return _events([stream_error_event(self.kind, err, seq)])
+        return _events([OVER_CHAT[self.kind].stream_error(err, seq)])

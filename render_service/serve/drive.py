@@ -6,9 +6,9 @@ import argparse
 import logging
 import sys
 
-from ..cli import (add_connection_arguments, add_log_level_argument, add_model_arguments,
+from .cli import (add_connection_arguments, add_log_level_argument, add_model_arguments,
                    connection_options, port_type, serve_config_from_args)
-from .config import DriverConfig, split_urls
+from ..driver.config import DriverConfig, split_urls
 
 DESCRIPTION = (
     "Four-hop driver: an OpenAI endpoint that renders each request (in this process, or on "
@@ -63,8 +63,8 @@ def build_driver(config: DriverConfig):
     """
     import dataclasses
 
-    from ..server import load_bundle, resolve_parsers
-    from .flow import Driver
+    from .server import load_bundle, resolve_parsers
+    from ..driver.flow import Driver
 
     bundle = None
     if config.render is None:
@@ -104,9 +104,9 @@ def run(args: argparse.Namespace) -> int:
     """Start the driver and serve until interrupted; 2 for bad flags or a model that will not load."""
     import uvicorn
 
-    from ..server import StartupError
-    from .app import create_app
-    from .drain import CUT_MARGIN_S, DrainingServer
+    from .server import StartupError
+    from ..driver.app import create_app
+    from ..driver.drain import CUT_MARGIN_S, DrainingServer
 
     try:
         config = config_from_args(args)

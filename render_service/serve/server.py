@@ -16,10 +16,10 @@ from parsers import api as parsers_api
 
 from . import launch_compat
 from .config import ServeConfig
-from .derender.state import MIN_SECRET_CHARS
-from .model import ModelBundle, ModelLoadError, load_model
+from ..derender.state import MIN_SECRET_CHARS
+from ..model import ModelBundle, ModelLoadError, load_model
 
-log = logging.getLogger("render_service.server")
+log = logging.getLogger("render_service.serve.server")
 
 
 class StartupError(RuntimeError):
@@ -100,7 +100,7 @@ def build_app(config: ServeConfig):
     Raises:
         StartupError: see `load_bundle` and `resolve_parsers`.
     """
-    from .http.app import create_app
+    from ..http.app import create_app
 
     secret = config.stream_state_secret
     if secret is not None and len(secret) < MIN_SECRET_CHARS:

@@ -1,0 +1,24 @@
+"""The OpenAI chat completions door: ``POST /v1/chat/completions`` (driver),
+``/v1/chat/completions/render`` and ``/v1/chat/completions/derender[/pipe]`` (render server).
+
+Chat is the shared plan every other door converts to, so its mechanism is render/ and
+derender/ themselves (`render.chat.render_chat`, `derender.plan.chat_plan`); this row only
+names its routes, request model and error shape.
+"""
+
+from __future__ import annotations
+
+from ..errors import OpenAIError
+from ..render.chat import render_chat
+from ..wire.openai import ChatCompletionRequest
+from .door import Door
+
+DOOR = Door(
+    name="chat",
+    path="/v1/chat/completions",
+    render_path="/v1/chat/completions/render",
+    derender_path="/v1/chat/completions/derender",
+    request=ChatCompletionRequest,
+    render=render_chat,
+    error_body=OpenAIError.body,
+)

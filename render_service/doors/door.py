@@ -1,0 +1,71 @@
+"""`Door`: one request API over the shared chat plan, as data.
+
+A door that is not chat itself (Responses, Anthropic Messages) converts its request to the
+chat conversation render renders (``to_chat``), and turns the chat derender's deltas into
+its own events with an event machine (``open_machine`` / ``restore_machine``). Everything
+the HTTP routes, the driver and the back-door session need to know about an API is a field
+here, so adding an API is one module in ``doors/`` and one row in ``doors.DOORS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import OpenAIError
+
+
+@dataclass(frozen=True)
+class Door:
+    """One request API.
+
+    Paths (vLLM 0.33's names; the render and derender routes are ours for these APIs):
+        path: the client route the driver serves (``/v1/responses``).
+        render_path, derender_path: the render server's routes (``…/render``, ``…/derender``;
+            the pipe is ``derender_path + "/pipe"``).
+
+    Request models (pydantic): ``request`` the client body; ``derender_request`` /
+    ``derender_stream_request`` the derender bodies; ``pipe_header`` the pipe's first line.
+    ``request_field`` names the client body inside those (``responses_request``).
+
+    Behaviour:
+        render(bundle, config, req, request_id, media) -> the GenerateRequest dict (a list of
+            them for completions).
+        to_chat(req) -> the chat request dict the chat plan renders and derender plans from.
+        in_own_terms(err, req) -> the error with ``param`` named in this API's fields.
+        open_machine(session, request_id) -> the event machine of a new stream;
+            restore_machine(state) -> one from ``export_state()``.
+        events(machine, delta, prompt_tokens, output_tokens) -> this API's events for a delta.
+        final(events) -> the whole answer a finished event list describes.
+        done_events: event types that end a stream.
+        stops(req) -> the request's stop strings (the driver cuts decode on them).
+        error_body(err) -> the non-streaming error body; stream_error(err, sequence_number)
+            -> the last event of a failed stream.
+    """
+
+    name: str
+    path: str
+    render_path: str
+    derender_path: str
+    request: type
+    render: Callable[..., Any]
+    error_body: Callable[[OpenAIError], dict]
+    # the chat plan's own doors (chat, completions) leave the rest unset: render/ and derender/ are theirs
+    derender_request: type | None = None
+    derender_stream_request: type | None = None
+    pipe_header: type | None = None
+    request_field: str | None = None
+    to_chat: Callable[[Any], dict] | None = None
+    in_own_terms: Callable[[OpenAIError, Any], OpenAIError] | None = None
+    open_machine: Callable[[Any, str], Any] | None = None
+    restore_machine: Callable[[dict], Any] | None = None
+    events: Callable[[Any, Any, int, int], list[dict]] | None = None
+    final: Callable[[list[dict]], dict] | None = None
+    done_events: frozenset[str] = frozenset()
+    stops: Callable[[Any], list[str] | None] | None = None
+    stream_error: Callable[[OpenAIError, int], dict] | None = None
+
+    @property
+    def over_chat(self) -> bool:
+        """True for a door that converts to the chat plan (Responses, Messages)."""
+        return self.to_chat is not None

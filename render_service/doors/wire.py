@@ -1,0 +1,61 @@
+"""What the Responses and Messages doors share on the wire: the lenient base model, the
+derender bodies' common fields, and each API's error shape.
+
+Field names, types and defaults follow vLLM 0.33 (``../shared/design/vllm-0.33-schemas/``);
+each door's own request models are in ``doors/<door>/wire.py``.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import OpenAIError
+
+
+class Lenient(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# -- derender bodies (our routes; modelled on the chat derender, wire brief §1.6) ----------
+
+LOOSE = ConfigDict(extra="ignore")
+
+
+class DerenderCommon(BaseModel):
+    model_config = LOOSE
+    model: str | None = None
+    prompt_token_ids: list[int] | None = None
+    prompt_tokens: int | None = Field(None, ge=0)
+
+
+# -- errors in each API's shape -------------------------------------------------------
+
+# vLLM 0.33's table (entrypoints/anthropic/protocol.py), 503 → overloaded_error included (Anthropic itself
+# documents that type for 529); kept for parity with vLLM's /v1/messages.
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                    503: "overloaded_error", 529: "overloaded_error"}
+
+
+def anthropic_error_type(status: int) -> str:
+    """Anthropic's ``error.type`` for an HTTP status (other 4xx: ``invalid_request_error``,
+    5xx: ``api_error``)."""
+    return _ANTHROPIC_TYPES.get(status, "invalid_request_error" if 400 <= status < 500 else "api_error")
+
+
+def anthropic_error_body(err: OpenAIError) -> dict:
+    """``{"type": "error", "error": {"type", "message"}}``."""
+    return {"type": "error", "error": {"type": anthropic_error_type(err.status), "message": err.message}}
+
+
+def error_body(kind: str, err: OpenAIError) -> dict:
+    """The non-streaming error body of front door ``kind`` (``messages`` → Anthropic's)."""
+    return anthropic_error_body(err) if kind == "messages" else err.body()
+
+
+def stream_error_event(kind: str, err: OpenAIError, sequence_number: int = 0) -> dict:
+    """The last event of a failed stream, in the API's shape."""
+    if kind == "messages":
+        return anthropic_error_body(err)
+    return {"type": "error", "code": err.type, "message": err.message, "param": err.param,
+            "sequence_number": sequence_number}
