@@ -142,12 +142,8 @@ class KeyedList(Collected):
         if name is None and not any(calls.plausible(n) for n, _ in found):
             return False
         _write(calls, found)
-        if name is not None:
-            calls.start(name)
-            calls.args(body[m.end() - 1:])
-            calls.end(False)
-        elif start is not None:
-            calls.out.append(Content(body[start:]))  # an item cut before its arguments began
+        if start is not None:
+            calls.out.append(Content(body[start:]))  # the cut item is not a call (parsers.calls)
         return True
 
 

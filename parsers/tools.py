@@ -24,13 +24,12 @@ The machine walks five states (:class:`State`); the marker-driven moves are the 
 * AFTER swallows whitespace (and the family's junk, e.g. deepseek's code fence) up to the
   call's end marker.
 
-Malformed output never raises and never loses text: until a call has *started*
-(``ToolCallStart`` written, which happens only once its name is validated), every raw
-character since the call marker — or since the section marker, while the section has no
-call yet — is kept in ``raw`` and goes back to content if the call turns out malformed
-(the section is then abandoned: its end marker will be plain content too). After the
-start, text cannot be retracted: the call ends not complete, its arguments the text
-written before the break (no closers made up), and the rest of the text is content again.
+Malformed output never raises and never loses text: until a call has *completed*, every
+raw character since the call marker — or since the section marker, while the section has
+no call yet — is kept in ``raw`` and goes back to content if the call turns out malformed,
+is cut off by the end of output or its JSON breaks (the call's events were held, see
+:mod:`parsers.calls`; the section is then abandoned: its end marker will be plain content
+too). The rest of the text is content again.
 """
 
 from __future__ import annotations
@@ -273,7 +272,7 @@ class ToolStage:
             self._malformed()
             return end
         self.calls.start(name, call_id)
-        self.raw, self.header = [], ""
+        self.header = ""
         self._open(fmt.body)
         return end
 
@@ -281,20 +280,30 @@ class ToolStage:
         calls, body = self.calls, self.body
         calls.boundary = False
         new = body.feed(buf, pos, final, calls)
-        # raw text matters only while no call is open (it may still become content)
-        if calls.boundary or calls.open:
-            self.raw = []
-        else:
-            self.raw.append(buf[pos:new])
+        # raw text is kept until a call completes: until then it may still become content
+        self.raw.append(buf[pos:new])
+        if self._settle():
+            return new
         if body.status == MORE and not calls.boundary:
             # the body took all it could: wait for more text, or end the input here
             if not final:
                 self._stop = new
                 return None
             body.finish(calls)
-            if calls.boundary:
-                self.raw = []
+            if self._settle():
+                return new
         return self._after_body(new)
+
+    def _settle(self) -> bool:
+        """After a body step: a call that completed leaves no raw text to keep; one that
+        ended not complete (cut off, or its JSON broke) is given back as content, all of
+        it from its marker on (True: scanning goes on outside the call)."""
+        if self.calls.take_cut():
+            self._malformed()
+            return True
+        if self.calls.boundary and not self.calls.open:
+            self.raw = []
+        return False
 
     def _after_body(self, pos: int) -> int:
         status = self.body.status
