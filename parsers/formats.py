@@ -12,6 +12,8 @@ import html
 import re
 from dataclasses import dataclass
 
+from .framing import FRAMINGS, NONE, Framing
+
 
 @dataclass(frozen=True)
 class XmlDialect:
@@ -59,8 +61,11 @@ class ToolFormat:
     * ``name_keys``/``arg_keys``: envelope keys holding the name / the arguments
       (Cohere ``tool_name``, Inkling ``args``); empty means the defaults of
       :class:`parsers.jsoncalls.JsonCall`.
-    * ``drop``: framing markers of content blocks (Cohere ``<|START_RESPONSE|>``, Kimi K3
-      ``<|open|>response<|sep|>``); they are removed from content, never shown.
+    * ``drop``: framing markers of content blocks (Inkling's block kinds, GigaChat's
+      ``<|message_sep|>``); they are removed from content, never shown.
+    * ``framing``: the family's response framing (:mod:`parsers.framing`), shared with its
+      reasoning row, applied whatever parser is active (Kimi K3, Command, Hunyuan-A13B,
+      PLaMo 3).
     * ``label_begin``/``label_end``: a drop marker after which text up to one of the
       ``label_end`` markers is the block's label, metadata never shown (Inkling's function
       name between ``<|message_model|>`` and the block-kind marker). Held until the end
@@ -68,6 +73,12 @@ class ToolFormat:
     * ``variants``: ``(chat-template kwarg, value, row)`` triples; when the request's
       effective kwargs set that value, the other row is used (K2 Horizon's
       ``tool_call_format: json`` writes JSON envelopes in the same IFM framing).
+    * ``spellings``: rows of the same family whose markers are spelled otherwise (HY V4's
+      ``<tool_call:opensource>`` tokens beside the unsuffixed ones); the framing machine
+      looks for every spelling's markers and reads a section or call by the row whose
+      marker opened it.
+    * ``doubled_names``: an emitted ``H.H`` names the registered tool ``H`` (Muse: the chat
+      template renders a bare tool name as recipient ``H.*``, so the model writes ``H.H``).
     * ``quote``: string delimiter of a key:value call body (Gemma 4 ``<|"|>``,
       FunctionGemma ``<escape>``; see :mod:`parsers.gemmacalls`).
     """
@@ -90,12 +101,25 @@ class ToolFormat:
     name_keys: tuple[str, ...] = ()
     arg_keys: tuple[str, ...] = ()
     drop: tuple[str, ...] = ()
+    framing: Framing = NONE
     label_begin: tuple[str, ...] = ()
     label_end: tuple[str, ...] = ()
     quote: str = ""
     variants: tuple = ()         # ((kwarg, value, ToolFormat), …): the row a template kwarg selects
+    spellings: tuple = ()        # (ToolFormat, …): the same family with other marker spellings
+    doubled_names: bool = False  # "f.f" names the registered tool "f" (Muse's bare-name form)
     detect: tuple[tuple[str, ...], ...] = ()  # template needles for ``auto`` (parsers.detect)
     families: str = ""           # human-readable model families (for SUPPORTED.md)
+
+    @property
+    def content_framing(self) -> Framing:
+        """Everything this row removes from content: its ``drop`` markers and its framing."""
+        return Framing(self.drop) + self.framing
+
+    @property
+    def all_text_markers(self) -> tuple[str, ...]:
+        """:attr:`text_markers` of this row and of its other ``spellings``."""
+        return self.text_markers + tuple(m for row in self.spellings for m in row.text_markers)
 
     @property
     def text_markers(self) -> tuple[str, ...]:
@@ -198,7 +222,7 @@ FORMATS: dict[str, ToolFormat] = {f.name: f for f in (
     ToolFormat("jamba", "list", call_begin=("<tool_calls>",), call_end=("</tool_calls>",),
                families="Jamba 1.5 / 1.6"),
     ToolFormat("hunyuan_a13b", "list", call_begin=("<tool_calls>",), call_end=("</tool_calls>",),
-               drop=("\n</answer>", "</answer>", "<answer>\n", "<answer>"), families="Hunyuan-A13B"),
+               framing=FRAMINGS["hunyuan_a13b"], families="Hunyuan-A13B"),
     ToolFormat("phi4_mini_json", "list", call_begin=("functools",), detect=(("functools",), ("<|tool|>", "<|/tool|>")),
                families="Phi-4-mini"),
     ToolFormat("xlam", "list", at_start=(("[", "list"),), families="xLAM (bare JSON list)"),
@@ -279,6 +303,19 @@ def _attr_xml(prefix: str, param: str, invoke: str, peek: tuple[str, ...] = ()) 
                       call_end_peek=peek, quoted_key=True, trim_newline=False)
 
 
+def _hy_v4(sfx: str, spellings: tuple = ()) -> ToolFormat:
+    """HY V4: every structural token carries the checkpoint's suffix (``<tool_call:opensource>``,
+    the Hy4 checkpoint's) or none; the name ends at the first ``<arg_key>`` or at the call's
+    end (no ``<tool_sep>``, though one is accepted as HY V3 writes it)."""
+    return ToolFormat("hy_v4", "xml", call_begin=(f"<tool_call{sfx}>",), section_begin=(f"<tool_calls{sfx}>",),
+                      section_end=(f"</tool_calls{sfx}>",), header_end=("<tool_sep>",),
+                      header_peek=(f"<arg_key{sfx}>", f"</tool_call{sfx}>"),
+                      xml=XmlDialect(key_begin=f"<arg_key{sfx}>", key_end=f"</arg_key{sfx}>",
+                                     value_begin=f"<arg_value{sfx}>", value_end=f"</arg_value{sfx}>",
+                                     call_end=(f"</tool_call{sfx}>",), trim_newline=False),
+                      spellings=spellings, families="Hunyuan (HY) V4 (suffixed or unsuffixed tokens)")
+
+
 def _arg_key_xml(t: str, end: str) -> XmlDialect:
     """GLM-style ``<arg_key>K</arg_key><arg_value>V</arg_value>`` with tag spelling ``t``
     (``arg_key`` → ``<{t}arg_key>``); anything between key and value (K2 Horizon's
@@ -289,7 +326,6 @@ def _arg_key_xml(t: str, end: str) -> XmlDialect:
 
 
 _PLAMO = "<|plamo:{}:plamo|>".format
-_COHERE_BLOCKS = ("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>")
 _MM3 = "]<]minimax[>["
 
 # Families added for vLLM 0.33's remaining names (``tests/fixtures/vllm/parser_names.json``).
@@ -307,8 +343,7 @@ FORMATS.update({f.name: f for f in (
                               value_end="<|close|>argument<|sep|>", call_end=("<|close|>call<|sep|>",),
                               call_end_peek=("<|close|>tools<|sep|>",), quoted_key=True,
                               trim_newline=False, string_attr=("type", "string")),
-               drop=("<|open|>response<|sep|>", "<|close|>response<|sep|>"),
-               families="Kimi K3 (XTML channels)"),
+               framing=FRAMINGS["kimi_k3"], families="Kimi K3 (XTML channels)"),
     ToolFormat("dots", "xml", call_begin=("<invoke name=",),
                section_begin=("<dots_function_call>",), section_end=("</dots_function_call>",),
                header_end=(">",), header="quoted",
@@ -319,7 +354,7 @@ FORMATS.update({f.name: f for f in (
     ToolFormat("muse", "xml", call_begin=("<atem:invoke name=",),
                section_begin=("<atem:function_calls>",), section_end=("</atem:function_calls>",),
                header_end=(">",), header="quoted",
-               xml=_attr_xml("atem:", "parameter", "invoke", ("</atem:function_calls>",)),
+               xml=_attr_xml("atem:", "parameter", "invoke", ("</atem:function_calls>",)), doubled_names=True,
                families="Muse Spark, Muse Glimmer (ATEM calls; messages routed by parsers.muse)"),
     ToolFormat("step3", "xml", call_begin=("<｜tool_call_begin｜>",),
                section_begin=("<｜tool_calls_begin｜>",), section_end=("<｜tool_calls_end｜>",),
@@ -327,7 +362,8 @@ FORMATS.update({f.name: f for f in (
                xml=_attr_xml("steptml:", "parameter", "invoke"), families="Step-3 (steptml)"),
     ToolFormat("hy_v3", "xml", call_begin=("<tool_call>",), section_begin=("<tool_calls>",),
                section_end=("</tool_calls>",), header_end=("<tool_sep>",),
-               xml=_arg_key_xml("", "</tool_call>"), families="Hunyuan (HY) V3 / V4 (unsuffixed tokens)"),
+               xml=_arg_key_xml("", "</tool_call>"), families="Hunyuan (HY) V3"),
+    _hy_v4("", spellings=(_hy_v4(":opensource"),)),
     ToolFormat("k2_horizon", "xml", call_begin=("<ifm|tool_call>",),
                section_begin=("<ifm|tool_calls>",), section_end=("</ifm|tool_calls>",),
                header_peek=("<ifm|arg_key>", "</ifm|tool_call>"),
@@ -358,10 +394,10 @@ FORMATS.update({f.name: f for f in (
                           "<|content_model_end_sampling|>", "<|message_model|>"),
                families="Inkling (typed content blocks)"),
     ToolFormat("cohere_command4", "list", call_begin=("<|START_ACTION|>",), call_end=("<|END_ACTION|>",),
-               name_keys=("tool_name",), arg_keys=("parameters",), drop=_COHERE_BLOCKS,
+               name_keys=("tool_name",), arg_keys=("parameters",), framing=FRAMINGS["cohere"],
                families="Command A (Command 4)"),
     ToolFormat("cohere_command3", "list", call_begin=("<|START_ACTION|>",), call_end=("<|END_ACTION|>",),
-               name_keys=("tool_name",), arg_keys=("parameters",), drop=_COHERE_BLOCKS,
+               name_keys=("tool_name",), arg_keys=("parameters",), framing=FRAMINGS["cohere"],
                families="Command R7B / Command R+ 08-2024 (Command 3)"),
     ToolFormat("plamo3", "args", call_begin=(_PLAMO("begin_tool_request"),),
                section_begin=(_PLAMO("begin_tool_requests"),), section_end=(_PLAMO("end_tool_requests"),),
@@ -369,7 +405,7 @@ FORMATS.update({f.name: f for f in (
                header=f"between:{_PLAMO('begin_tool_name')}\t{_PLAMO('end_tool_name')}",
                call_end=(_PLAMO("end_tool_arguments") + _PLAMO("end_tool_request"),
                          _PLAMO("end_tool_arguments")),
-               families="PLaMo 3"),
+               framing=FRAMINGS["plamo3"], families="PLaMo 3"),
     ToolFormat("gemma4", "gemma", call_begin=("<|tool_call>",), header_end=("{",), header="strip:call:\t:",
                call_end=("<tool_call|>",), quote='<|"|>', families="Gemma 4"),
     ToolFormat("functiongemma", "gemma", call_begin=("<start_function_call>",), header_end=("{",),
@@ -392,7 +428,6 @@ HARMONY_TOOL_NAMES = ("openai",)
 ALIASES = {"qwen3_xml": "qwen3_coder", "qwen3_json": "hermes", "glm47": "glm45",
            "llama4_json": "llama3_json",
            # same markers as the target (vLLM 0.33 maps these to the same grammar)
-           "step3p5": "qwen3_coder", "step5": "qwen3_coder", "poolside_v1": "glm45", "ling3": "glm45",
-           "hy_v4": "hy_v3"}
+           "step3p5": "qwen3_coder", "step5": "qwen3_coder", "poolside_v1": "glm45", "ling3": "glm45"}
 
 __all__ = ["ToolFormat", "XmlDialect", "FORMATS", "ALIASES", "HARMONY_TOOL_NAMES", "parse_header"]

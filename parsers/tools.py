@@ -92,12 +92,16 @@ class ToolStage:
     object at the start of output is the call).
     """
 
-    __slots__ = ("fmt", "calls", "at_start", "named", "st", "outer", "buf", "raw", "header",
+    __slots__ = ("base", "fmt", "calls", "at_start", "named", "drop", "st", "outer", "buf", "raw", "header",
                  "ws", "said", "fresh", "sec0", "body", "_stop")
 
     def __init__(self, fmt: ToolFormat, calls: Calls, at_start: dict[str, str],
-                 named: str | None = None) -> None:
+                 named: str | None = None, drop: tuple[str, ...] | None = None) -> None:
+        self.base = fmt        # the row as registered; ``fmt`` is the spelling being read
         self.fmt = fmt
+        # content markers never shown: the row's own and its family's framing (the caller
+        # adds the reasoning row's framing, parsers.framing)
+        self.drop = fmt.content_framing.drop if drop is None else drop
         self.calls = calls
         self.at_start = at_start
         self.named = named
@@ -116,10 +120,15 @@ class ToolStage:
     def export(self) -> dict:
         return {"st": self.st.value, "outer": self.outer.value, "buf": self.buf, "raw": "".join(self.raw),
                 "header": self.header, "ws": self.ws, "said": self.said, "fresh": self.fresh,
-                "sec0": self.sec0,
+                "sec0": self.sec0, "spelling": self._spelling(),
                 "body": [self.body.kind, self.body.export()] if self.body else None}
 
+    def _spelling(self) -> int:
+        return 0 if self.fmt is self.base else 1 + self.base.spellings.index(self.fmt)
+
     def load(self, data: dict) -> None:
+        k = data.get("spelling", 0)
+        self.fmt = self.base.spellings[k - 1] if k else self.base
         for key in ("buf", "header", "ws", "said", "fresh", "sec0"):
             setattr(self, key, data[key])
         self.st, self.outer = State(data["st"]), State(data["outer"])
@@ -175,7 +184,7 @@ class ToolStage:
                 self.raw = []
                 self._open(kind)
                 return j
-        markers = self.fmt.text_markers + self.fmt.drop
+        markers = self.base.all_text_markers + self.drop
         i, m = find_marker(buf[pos:], markers, final)
         self._content(buf[pos:pos + i])
         if m is None:
@@ -183,9 +192,11 @@ class ToolStage:
             return None
         if m in self.fmt.label_begin:
             return self._label(buf, pos + i, m, final)
-        if m in self.fmt.drop and m not in self.fmt.text_markers:
+        if m in self.drop and m not in self.base.all_text_markers:
             return pos + i + len(m)  # content-block framing: never shown
         self.fresh = False
+        # the spelling whose marker this is reads the section or call it opens
+        self.fmt = next((row for row in (self.base,) + self.base.spellings if m in row.text_markers), self.base)
         if m in self.fmt.section_begin:
             self.raw, self.sec0 = [m], self.calls.index
             self._move(SECTION_BEGIN, m)
@@ -268,6 +279,9 @@ class ToolStage:
             self._open(fmt.body)
             return end
         name, call_id = parse_header(fmt.header, self.header)
+        if name is not None and fmt.doubled_names and not self.calls.valid(name):
+            head, dot, tail = name.partition(".")
+            name = head if dot and head == tail else name
         if name is None or not self.calls.valid(name):
             self._malformed()
             return end
@@ -404,25 +418,4 @@ _STEP = {TEXT: ToolStage._in_text, SECTION: ToolStage._in_section, HEADER: ToolS
          BODY: ToolStage._in_body, AFTER: ToolStage._in_after}
 
 
-class PassThrough:
-    """No tool extraction (no tool parser, or ``tool_choice: none``): all text is content."""
-
-    __slots__ = ("calls",)
-
-    def __init__(self, calls: Calls) -> None:
-        self.calls = calls
-
-    def feed(self, text: str) -> list[Event]:
-        return [Content(text)] if text else []
-
-    def finish(self) -> list[Event]:
-        return []
-
-    def export(self) -> dict:
-        return {}
-
-    def load(self, data: dict) -> None:
-        pass
-
-
-__all__ = ["ToolStage", "PassThrough", "BODIES"]
+__all__ = ["ToolStage", "BODIES"]

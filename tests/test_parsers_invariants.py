@@ -116,8 +116,8 @@ def test_text_is_not_lost_without_calls():
         if registry.RESPONSE_TEMPLATE in stages or registry.MUSE in stages:
             continue  # regions / message headers are consumed (test_parsers_families.py)
         stripped = text
-        if spec.tool:  # content-block framing the family drops (Cohere <|START_RESPONSE|>, …)
-            for m in registry.tool_format(spec.tool).drop:
+        for row in stages:  # content-block framing the family drops (Cohere <|START_RESPONSE|>, …)
+            for m in (row.content_framing if spec.tool and row is stages[0] else row.framing).drop if row else ():
                 stripped = stripped.replace(m, "")
         if msg.reasoning is not None:
             fmt = registry.reasoning_format(spec.reasoning)
