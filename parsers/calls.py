@@ -55,8 +55,11 @@ class Calls:
         """Schema types of tool ``name``'s parameters."""
         return {k: v.types for k, v in self.schemas(name).items()}
 
-    def schemas(self, name: str) -> dict[str, ParamSchema]:
-        """Resolved schemas of tool ``name``'s parameters (cached per output)."""
+    def schemas(self, name: str, known: dict | None = None) -> dict[str, ParamSchema]:
+        """Resolved schemas of tool ``name``'s parameters (cached per output); ``known``: the
+        call's arguments read so far that can select a schema branch (not cached)."""
+        if known:
+            return param_schemas(self.tools, name, known)
         if name not in self._schemas:
             self._schemas[name] = param_schemas(self.tools, name)
         return self._schemas[name]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .framing import FRAMINGS, NONE, Framing
 
@@ -37,6 +37,7 @@ class XmlDialect:
     # does not parse); absent ⇒ the tool's schema decides. DSML ``string="true"``,
     # Kimi K3 ``type="string"``.
     string_attr: tuple[str, str] = ()
+    cdata: bool = False          # a value may be wrapped in <![CDATA[ … ]]>: the wrapper is not the value
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,14 @@ class ToolFormat:
       ``<tool_call:opensource>`` tokens beside the unsuffixed ones); the framing machine
       looks for every spelling's markers and reads a section or call by the row whose
       marker opened it.
+    * ``alt_bodies``: a second syntax of the call body, told by its first characters (blanks
+      skipped): DSML's ``invoke`` with a JSON object body (``{`` → ``args``), LFM2's JSON list
+      of envelopes in its Python-call markers (``[{`` → ``list``). After such a body the
+      XML dialect's call end is awaited.
+    * ``section_body``: a JSON object right inside a section is a call of this body kind
+      (dots: ``<dots_function_call>{"name", "arguments"}</dots_function_call>``).
+      Any XML-dialect row also reads a self-closing ``<invoke name="f"/>`` as a call
+      without arguments.
     * ``doubled_names``: an emitted ``H.H`` names the registered tool ``H`` (Muse: the chat
       template renders a bare tool name as recipient ``H.*``, so the model writes ``H.H``).
     * ``quote``: string delimiter of a key:value call body (Gemma 4 ``<|"|>``,
@@ -107,6 +116,8 @@ class ToolFormat:
     quote: str = ""
     variants: tuple = ()         # ((kwarg, value, ToolFormat), …): the row a template kwarg selects
     spellings: tuple = ()        # (ToolFormat, …): the same family with other marker spellings
+    alt_bodies: tuple[tuple[str, str], ...] = ()  # (first characters, body kind): a second body syntax
+    section_body: str = ""       # body kind of a JSON object standing right inside a section
     doubled_names: bool = False  # "f.f" names the registered tool "f" (Muse's bare-name form)
     detect: tuple[tuple[str, ...], ...] = ()  # template needles for ``auto`` (parsers.detect)
     families: str = ""           # human-readable model families (for SUPPORTED.md)
@@ -293,7 +304,7 @@ def _dsml(name: str, begins: tuple[str, ...], end: str, sp: str = "", families: 
                                      call_end=(f"</{_DSML}{sp}invoke>",), call_end_peek=(end,),
                                      quoted_key=True, trim_newline=False,
                                      string_attr=("string", "true")),
-                      families=families)
+                      alt_bodies=(("{", "args"),), families=families)
 
 
 def _attr_xml(prefix: str, param: str, invoke: str, peek: tuple[str, ...] = ()) -> XmlDialect:
@@ -347,10 +358,10 @@ FORMATS.update({f.name: f for f in (
     ToolFormat("dots", "xml", call_begin=("<invoke name=",),
                section_begin=("<dots_function_call>",), section_end=("</dots_function_call>",),
                header_end=(">",), header="quoted",
-               xml=_attr_xml("", "parameter", "invoke", ("</dots_function_call>",)),
+               xml=_attr_xml("", "parameter", "invoke", ("</dots_function_call>",)), section_body="envelope",
                families="dots.llm"),
     ToolFormat("minicpm5", "xml", call_begin=("<function name=",), header_end=(">",),
-               header="quoted", xml=_attr_xml("", "param", "function"), families="MiniCPM 5"),
+               header="quoted", xml=replace(_attr_xml("", "param", "function"), cdata=True), families="MiniCPM 5"),
     ToolFormat("muse", "xml", call_begin=("<atem:invoke name=",),
                section_begin=("<atem:function_calls>",), section_end=("</atem:function_calls>",),
                header_end=(">",), header="quoted",
@@ -419,7 +430,7 @@ FORMATS.update({f.name: f for f in (
                section_begin=(f"{_MM3}<tool_call>",), section_end=(f"{_MM3}</tool_call>",),
                header_end=(">",), header="quoted", families="MiniMax M3"),
     ToolFormat("lfm2", "pythonic", call_begin=("<|tool_call_start|>",), call_end=("<|tool_call_end|>",),
-               families="LFM2 / LFM2.5"),
+               alt_bodies=(("[{", "list"),), families="LFM2 / LFM2.5"),
 )})
 
 # Harmony is handled by its own machine; it is listed so the registry knows the name.

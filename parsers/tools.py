@@ -234,6 +234,13 @@ class ToolStage:
         return kind
 
     def _in_section(self, buf: str, pos: int, final: bool) -> int | None:
+        if self.fmt.section_body:  # a JSON object right inside the section is a call
+            j = _skip_blanks(buf, pos)
+            if j < len(buf) and buf[j] == "{":
+                (self.raw if self._empty_section() else []).append(buf[pos:j])
+                self.ws, self.said, self.header = "", False, ""
+                self._open(self.fmt.section_body)
+                return j
         kinds = self._markers(SECTION)
         i, m = find_marker(buf[pos:], tuple(kinds), final)
         if self._empty_section():
@@ -278,7 +285,8 @@ class ToolStage:
             self.header = ""
             self._open(fmt.body)
             return end
-        name, call_id = parse_header(fmt.header, self.header)
+        closed = fmt.xml is not None and self.header.rstrip().endswith("/")  # <invoke name="f"/>
+        name, call_id = parse_header(fmt.header, self.header.rstrip().removesuffix("/") if closed else self.header)
         if name is not None and fmt.doubled_names and not self.calls.valid(name):
             head, dot, tail = name.partition(".")
             name = head if dot and head == tail else name
@@ -287,10 +295,22 @@ class ToolStage:
             return end
         self.calls.start(name, call_id)
         self.header = ""
+        if closed:  # a call without a body
+            self.calls.args("{}")
+            self.calls.end()
+            self.raw, self.said = [], False
+            self.st = AFTER if fmt.call_end else self.outer
+            return end
         self._open(fmt.body)
         return end
 
     def _in_body(self, buf: str, pos: int, final: bool) -> int | None:
+        if self.body is None:  # the row has a second body syntax: its first characters decide
+            kind = _body_kind(self.fmt, buf, pos, final)
+            if kind is None:
+                self._stop = pos
+                return None
+            self.body = BODIES[kind](self.fmt)
         calls, body = self.calls, self.body
         calls.boundary = False
         new = body.feed(buf, pos, final, calls)
@@ -323,12 +343,13 @@ class ToolStage:
         status = self.body.status
         if status == MORE:
             return pos
+        second = self.body.kind != self.fmt.body  # a second syntax: the dialect's call end follows
         self.body = None
         if status == ERROR and not self.calls.boundary and any(self.raw):
             self._malformed()
             return pos
         self.raw, self.said = [], False
-        self.st = AFTER if self.fmt.call_end else self.outer
+        self.st = AFTER if self.fmt.call_end or (second and self.fmt.xml) else self.outer
         return pos
 
     def _in_after(self, buf: str, pos: int, final: bool) -> int | None:
@@ -349,6 +370,8 @@ class ToolStage:
             if kind == SECTION_END and st == AFTER and self.outer != SECTION:
                 continue
             found.update(dict.fromkeys(getattr(self.fmt, kind), kind))
+        if st == AFTER and self.fmt.xml:  # after a body of the row's second syntax
+            found.update(dict.fromkeys(self.fmt.xml.call_end, CALL_END))
         return found
 
     def _move(self, kind: str, marker: str) -> None:
@@ -376,7 +399,8 @@ class ToolStage:
         if kind == "named":
             self.calls.start(self.named)
             kind = "args"
-        self.body = BODIES[kind](self.fmt)
+        # a row with a second body syntax waits for the body's first characters
+        self.body = None if kind == self.fmt.body and self.fmt.alt_bodies else BODIES[kind](self.fmt)
 
     def _malformed(self) -> None:
         """The call never started: its raw text is content, scanning resumes outside."""
@@ -412,6 +436,24 @@ class ToolStage:
         """Text inside a section or before an end marker: the family's filler (blanks, a
         code fence) is dropped at the next marker; anything else is content."""
         self._content(s, _WS + self.fmt.junk)
+
+
+def _skip_blanks(buf: str, pos: int) -> int:
+    while pos < len(buf) and buf[pos] in _WS:
+        pos += 1
+    return pos
+
+
+def _body_kind(fmt: ToolFormat, buf: str, pos: int, final: bool) -> str | None:
+    """The body kind whose first characters ``buf[pos:]`` shows (blanks skipped): one of the
+    row's ``alt_bodies``, else its own; None while the text is too short to tell."""
+    sig = "".join(c for c in buf[pos:pos + 64] if c not in _WS)
+    for prefix, kind in fmt.alt_bodies:
+        if sig.startswith(prefix):
+            return kind
+        if prefix.startswith(sig) and not final:
+            return None
+    return fmt.body
 
 
 _STEP = {TEXT: ToolStage._in_text, SECTION: ToolStage._in_section, HEADER: ToolStage._in_header,
