@@ -192,7 +192,7 @@ FORMATS.update({f.name: f for f in (
                     framing=FRAMINGS["hunyuan_a13b"], families="Hunyuan-A13B"),
     ReasoningFormat("hy_v3", on_kwargs=("reasoning_effort",), off_when=(("reasoning_effort", "no_think"),),
                     families="Hunyuan (HY) V3 (reasoning_effort)"),
-    ReasoningFormat("hy_v4", start=("<think>", "<think:opensource>"), end=("</think>", "</think:opensource>"),
+    ReasoningFormat("hy_v4", start=("<think:opensource>", "<think>"), end=("</think:opensource>", "</think>"),
                     families="Hunyuan (HY) V4 (suffixed or unsuffixed tokens)"),
     ReasoningFormat("kimi_k3", start=("<|open|>think<|sep|>",), end=("<|close|>think<|sep|>",),
                     framing=FRAMINGS["kimi_k3"],
