@@ -52,7 +52,8 @@ from .response_template import ResponseTemplate, ResponseTemplateStage, template
 from .reasoning import ReasoningStage, rules_out_reasoning, starts_open
 from .registry import reasoning_parser_names, tool_parser_names
 from .schema import tool_names
-from .tools import PassThrough, ToolStage
+from .framing import NONE, ContentFilter, StopFilter
+from .tools import ToolStage
 
 STATE_VERSION = 1
 
@@ -123,7 +124,7 @@ def _named_function(tool_choice) -> str | None:
 class OutputParser:
     """Sans-IO reasoning + tool-call parser for one output; see the module docstring."""
 
-    __slots__ = ("spec", "calls", "reasoning", "stage", "finished")
+    __slots__ = ("spec", "calls", "reasoning", "stage", "finished", "stop")
 
     def __init__(self, spec: ParserSpec) -> None:
         self.spec = spec
@@ -138,6 +139,10 @@ class OutputParser:
         self.calls = Calls(spec.tools, tool_names(spec.tools))
         self.reasoning: ReasoningStage | None = None
         self.finished = False
+        # the family's response framing applies whichever of its parsers is active (issue 22)
+        framing = (getattr(rfmt, "framing", NONE) if rfmt is not None else NONE) + (
+            tfmt.content_framing if isinstance(tfmt, ToolFormat) else NONE)
+        self.stop = StopFilter(framing.stop) if framing.stop else None
         if registry.HARMONY in (rfmt, tfmt):
             self.stage = HarmonyStage(self.calls, tfmt == registry.HARMONY and choice != "none")
             return
@@ -156,7 +161,7 @@ class OutputParser:
                 reasoning=rfmt == registry.RESPONSE_TEMPLATE)
             return
         if choice == "none" or (tfmt is None and choice == "auto"):
-            self.stage = PassThrough(self.calls)
+            self.stage = ContentFilter(self.calls, framing)
             markers: tuple[str, ...] = ()
         else:
             fmt = tfmt or _BARE
@@ -165,8 +170,8 @@ class OutputParser:
                 at_start["["] = "list|pythonic" if at_start.get("[") == "pythonic" else "list"
             elif choice == "named" and "{" not in at_start:
                 at_start["{"] = "named"
-            self.stage = ToolStage(fmt, self.calls, at_start, named)
-            markers = fmt.text_markers
+            self.stage = ToolStage(fmt, self.calls, at_start, named, framing.drop)
+            markers = fmt.all_text_markers
         if rfmt is not None:
             self.reasoning = ReasoningStage(rfmt, spec.starts_in_reasoning, kwargs, markers)
 
@@ -187,6 +192,8 @@ class OutputParser:
     def _step(self, text: str, final: bool) -> list[Event]:
         out: list[Event] = []
         stage = self.stage
+        if self.stop is not None:
+            text = self.stop.feed(text, final)
         if self.reasoning is None:
             if text:
                 out += stage.feed(text)
@@ -200,9 +207,12 @@ class OutputParser:
     # -- state ------------------------------------------------------------------------
     def export_state(self) -> dict:
         """Small JSON-able dict; see the module docstring."""
-        return {"v": STATE_VERSION, "calls": self.calls.export(), "stage": self.stage.export(),
-                "reasoning": self.reasoning.export() if self.reasoning else None,
-                "finished": self.finished}
+        state = {"v": STATE_VERSION, "calls": self.calls.export(), "stage": self.stage.export(),
+                 "reasoning": self.reasoning.export() if self.reasoning else None,
+                 "finished": self.finished}
+        if self.stop is not None:
+            state["stop"] = self.stop.export()
+        return state
 
     @classmethod
     def restore(cls, spec: ParserSpec, state: dict) -> "OutputParser":
@@ -219,6 +229,8 @@ class OutputParser:
             if parser.reasoning is not None:
                 parser.reasoning.load(state["reasoning"])
             parser.finished = bool(state["finished"])
+            if parser.stop is not None and "stop" in state:
+                parser.stop.load(state["stop"])
         except (KeyError, TypeError, IndexError, AttributeError) as exc:
             raise ValueError(f"damaged parser state: {exc!r}") from None
         return parser

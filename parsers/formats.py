@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from .framing import FRAMINGS, NONE, Framing
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class XmlDialect:
     # does not parse); absent ⇒ the tool's schema decides. DSML ``string="true"``,
     # Kimi K3 ``type="string"``.
     string_attr: tuple[str, str] = ()
+    cdata: bool = False          # a value may be wrapped in <![CDATA[ … ]]>: the wrapper is not the value
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,11 @@ class ToolFormat:
     * ``name_keys``/``arg_keys``: envelope keys holding the name / the arguments
       (Cohere ``tool_name``, Inkling ``args``); empty means the defaults of
       :class:`parsers.jsoncalls.JsonCall`.
-    * ``drop``: framing markers of content blocks (Cohere ``<|START_RESPONSE|>``, Kimi K3
-      ``<|open|>response<|sep|>``); they are removed from content, never shown.
+    * ``drop``: framing markers of content blocks (Inkling's block kinds, GigaChat's
+      ``<|message_sep|>``); they are removed from content, never shown.
+    * ``framing``: the family's response framing (:mod:`parsers.framing`), shared with its
+      reasoning row, applied whatever parser is active (Kimi K3, Command, Hunyuan-A13B,
+      PLaMo 3).
     * ``label_begin``/``label_end``: a drop marker after which text up to one of the
       ``label_end`` markers is the block's label, metadata never shown (Inkling's function
       name between ``<|message_model|>`` and the block-kind marker). Held until the end
@@ -68,6 +74,20 @@ class ToolFormat:
     * ``variants``: ``(chat-template kwarg, value, row)`` triples; when the request's
       effective kwargs set that value, the other row is used (K2 Horizon's
       ``tool_call_format: json`` writes JSON envelopes in the same IFM framing).
+    * ``spellings``: rows of the same family whose markers are spelled otherwise (HY V4's
+      ``<tool_call:opensource>`` tokens beside the unsuffixed ones); the framing machine
+      looks for every spelling's markers and reads a section or call by the row whose
+      marker opened it.
+    * ``alt_bodies``: a second syntax of the call body, told by its first characters (blanks
+      skipped): DSML's ``invoke`` with a JSON object body (``{`` → ``args``), LFM2's JSON list
+      of envelopes in its Python-call markers (``[{`` → ``list``). After such a body the
+      XML dialect's call end is awaited.
+    * ``section_body``: a JSON object right inside a section is a call of this body kind
+      (dots: ``<dots_function_call>{"name", "arguments"}</dots_function_call>``).
+      Any XML-dialect row also reads a self-closing ``<invoke name="f"/>`` as a call
+      without arguments.
+    * ``doubled_names``: an emitted ``H.H`` names the registered tool ``H`` (Muse: the chat
+      template renders a bare tool name as recipient ``H.*``, so the model writes ``H.H``).
     * ``quote``: string delimiter of a key:value call body (Gemma 4 ``<|"|>``,
       FunctionGemma ``<escape>``; see :mod:`parsers.gemmacalls`).
     """
@@ -90,12 +110,27 @@ class ToolFormat:
     name_keys: tuple[str, ...] = ()
     arg_keys: tuple[str, ...] = ()
     drop: tuple[str, ...] = ()
+    framing: Framing = NONE
     label_begin: tuple[str, ...] = ()
     label_end: tuple[str, ...] = ()
     quote: str = ""
     variants: tuple = ()         # ((kwarg, value, ToolFormat), …): the row a template kwarg selects
+    spellings: tuple = ()        # (ToolFormat, …): the same family with other marker spellings
+    alt_bodies: tuple[tuple[str, str], ...] = ()  # (first characters, body kind): a second body syntax
+    section_body: str = ""       # body kind of a JSON object standing right inside a section
+    doubled_names: bool = False  # "f.f" names the registered tool "f" (Muse's bare-name form)
     detect: tuple[tuple[str, ...], ...] = ()  # template needles for ``auto`` (parsers.detect)
     families: str = ""           # human-readable model families (for SUPPORTED.md)
+
+    @property
+    def content_framing(self) -> Framing:
+        """Everything this row removes from content: its ``drop`` markers and its framing."""
+        return Framing(self.drop) + self.framing
+
+    @property
+    def all_text_markers(self) -> tuple[str, ...]:
+        """:attr:`text_markers` of this row and of its other ``spellings``."""
+        return self.text_markers + tuple(m for row in self.spellings for m in row.text_markers)
 
     @property
     def text_markers(self) -> tuple[str, ...]:
@@ -198,7 +233,7 @@ FORMATS: dict[str, ToolFormat] = {f.name: f for f in (
     ToolFormat("jamba", "list", call_begin=("<tool_calls>",), call_end=("</tool_calls>",),
                families="Jamba 1.5 / 1.6"),
     ToolFormat("hunyuan_a13b", "list", call_begin=("<tool_calls>",), call_end=("</tool_calls>",),
-               drop=("\n</answer>", "</answer>", "<answer>\n", "<answer>"), families="Hunyuan-A13B"),
+               framing=FRAMINGS["hunyuan_a13b"], families="Hunyuan-A13B"),
     ToolFormat("phi4_mini_json", "list", call_begin=("functools",), detect=(("functools",), ("<|tool|>", "<|/tool|>")),
                families="Phi-4-mini"),
     ToolFormat("xlam", "list", at_start=(("[", "list"),), families="xLAM (bare JSON list)"),
@@ -269,7 +304,7 @@ def _dsml(name: str, begins: tuple[str, ...], end: str, sp: str = "", families: 
                                      call_end=(f"</{_DSML}{sp}invoke>",), call_end_peek=(end,),
                                      quoted_key=True, trim_newline=False,
                                      string_attr=("string", "true")),
-                      families=families)
+                      alt_bodies=(("{", "args"),), families=families)
 
 
 def _attr_xml(prefix: str, param: str, invoke: str, peek: tuple[str, ...] = ()) -> XmlDialect:
@@ -277,6 +312,19 @@ def _attr_xml(prefix: str, param: str, invoke: str, peek: tuple[str, ...] = ()) 
     return XmlDialect(key_begin=f"<{prefix}{param} name=", key_end=">",
                       value_end=f"</{prefix}{param}>", call_end=(f"</{prefix}{invoke}>",),
                       call_end_peek=peek, quoted_key=True, trim_newline=False)
+
+
+def _hy_v4(sfx: str, spellings: tuple = ()) -> ToolFormat:
+    """HY V4: every structural token carries the checkpoint's suffix (``<tool_call:opensource>``,
+    the Hy4 checkpoint's) or none; the name ends at the first ``<arg_key>`` or at the call's
+    end (no ``<tool_sep>``, though one is accepted as HY V3 writes it)."""
+    return ToolFormat("hy_v4", "xml", call_begin=(f"<tool_call{sfx}>",), section_begin=(f"<tool_calls{sfx}>",),
+                      section_end=(f"</tool_calls{sfx}>",), header_end=("<tool_sep>",),
+                      header_peek=(f"<arg_key{sfx}>", f"</tool_call{sfx}>"),
+                      xml=XmlDialect(key_begin=f"<arg_key{sfx}>", key_end=f"</arg_key{sfx}>",
+                                     value_begin=f"<arg_value{sfx}>", value_end=f"</arg_value{sfx}>",
+                                     call_end=(f"</tool_call{sfx}>",), trim_newline=False),
+                      spellings=spellings, families="Hunyuan (HY) V4 (suffixed or unsuffixed tokens)")
 
 
 def _arg_key_xml(t: str, end: str) -> XmlDialect:
@@ -289,7 +337,6 @@ def _arg_key_xml(t: str, end: str) -> XmlDialect:
 
 
 _PLAMO = "<|plamo:{}:plamo|>".format
-_COHERE_BLOCKS = ("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>")
 _MM3 = "]<]minimax[>["
 
 # Families added for vLLM 0.33's remaining names (``tests/fixtures/vllm/parser_names.json``).
@@ -307,19 +354,18 @@ FORMATS.update({f.name: f for f in (
                               value_end="<|close|>argument<|sep|>", call_end=("<|close|>call<|sep|>",),
                               call_end_peek=("<|close|>tools<|sep|>",), quoted_key=True,
                               trim_newline=False, string_attr=("type", "string")),
-               drop=("<|open|>response<|sep|>", "<|close|>response<|sep|>"),
-               families="Kimi K3 (XTML channels)"),
+               framing=FRAMINGS["kimi_k3"], families="Kimi K3 (XTML channels)"),
     ToolFormat("dots", "xml", call_begin=("<invoke name=",),
                section_begin=("<dots_function_call>",), section_end=("</dots_function_call>",),
                header_end=(">",), header="quoted",
-               xml=_attr_xml("", "parameter", "invoke", ("</dots_function_call>",)),
+               xml=_attr_xml("", "parameter", "invoke", ("</dots_function_call>",)), section_body="envelope",
                families="dots.llm"),
     ToolFormat("minicpm5", "xml", call_begin=("<function name=",), header_end=(">",),
-               header="quoted", xml=_attr_xml("", "param", "function"), families="MiniCPM 5"),
+               header="quoted", xml=replace(_attr_xml("", "param", "function"), cdata=True), families="MiniCPM 5"),
     ToolFormat("muse", "xml", call_begin=("<atem:invoke name=",),
                section_begin=("<atem:function_calls>",), section_end=("</atem:function_calls>",),
                header_end=(">",), header="quoted",
-               xml=_attr_xml("atem:", "parameter", "invoke", ("</atem:function_calls>",)),
+               xml=_attr_xml("atem:", "parameter", "invoke", ("</atem:function_calls>",)), doubled_names=True,
                families="Muse Spark, Muse Glimmer (ATEM calls; messages routed by parsers.muse)"),
     ToolFormat("step3", "xml", call_begin=("<｜tool_call_begin｜>",),
                section_begin=("<｜tool_calls_begin｜>",), section_end=("<｜tool_calls_end｜>",),
@@ -327,7 +373,8 @@ FORMATS.update({f.name: f for f in (
                xml=_attr_xml("steptml:", "parameter", "invoke"), families="Step-3 (steptml)"),
     ToolFormat("hy_v3", "xml", call_begin=("<tool_call>",), section_begin=("<tool_calls>",),
                section_end=("</tool_calls>",), header_end=("<tool_sep>",),
-               xml=_arg_key_xml("", "</tool_call>"), families="Hunyuan (HY) V3 / V4 (unsuffixed tokens)"),
+               xml=_arg_key_xml("", "</tool_call>"), families="Hunyuan (HY) V3"),
+    _hy_v4("", spellings=(_hy_v4(":opensource"),)),
     ToolFormat("k2_horizon", "xml", call_begin=("<ifm|tool_call>",),
                section_begin=("<ifm|tool_calls>",), section_end=("</ifm|tool_calls>",),
                header_peek=("<ifm|arg_key>", "</ifm|tool_call>"),
@@ -358,10 +405,10 @@ FORMATS.update({f.name: f for f in (
                           "<|content_model_end_sampling|>", "<|message_model|>"),
                families="Inkling (typed content blocks)"),
     ToolFormat("cohere_command4", "list", call_begin=("<|START_ACTION|>",), call_end=("<|END_ACTION|>",),
-               name_keys=("tool_name",), arg_keys=("parameters",), drop=_COHERE_BLOCKS,
+               name_keys=("tool_name",), arg_keys=("parameters",), framing=FRAMINGS["cohere"],
                families="Command A (Command 4)"),
     ToolFormat("cohere_command3", "list", call_begin=("<|START_ACTION|>",), call_end=("<|END_ACTION|>",),
-               name_keys=("tool_name",), arg_keys=("parameters",), drop=_COHERE_BLOCKS,
+               name_keys=("tool_name",), arg_keys=("parameters",), framing=FRAMINGS["cohere"],
                families="Command R7B / Command R+ 08-2024 (Command 3)"),
     ToolFormat("plamo3", "args", call_begin=(_PLAMO("begin_tool_request"),),
                section_begin=(_PLAMO("begin_tool_requests"),), section_end=(_PLAMO("end_tool_requests"),),
@@ -369,7 +416,7 @@ FORMATS.update({f.name: f for f in (
                header=f"between:{_PLAMO('begin_tool_name')}\t{_PLAMO('end_tool_name')}",
                call_end=(_PLAMO("end_tool_arguments") + _PLAMO("end_tool_request"),
                          _PLAMO("end_tool_arguments")),
-               families="PLaMo 3"),
+               framing=FRAMINGS["plamo3"], families="PLaMo 3"),
     ToolFormat("gemma4", "gemma", call_begin=("<|tool_call>",), header_end=("{",), header="strip:call:\t:",
                call_end=("<tool_call|>",), quote='<|"|>', families="Gemma 4"),
     ToolFormat("functiongemma", "gemma", call_begin=("<start_function_call>",), header_end=("{",),
@@ -383,7 +430,7 @@ FORMATS.update({f.name: f for f in (
                section_begin=(f"{_MM3}<tool_call>",), section_end=(f"{_MM3}</tool_call>",),
                header_end=(">",), header="quoted", families="MiniMax M3"),
     ToolFormat("lfm2", "pythonic", call_begin=("<|tool_call_start|>",), call_end=("<|tool_call_end|>",),
-               families="LFM2 / LFM2.5"),
+               alt_bodies=(("[{", "list"),), families="LFM2 / LFM2.5"),
 )})
 
 # Harmony is handled by its own machine; it is listed so the registry knows the name.
@@ -392,7 +439,6 @@ HARMONY_TOOL_NAMES = ("openai",)
 ALIASES = {"qwen3_xml": "qwen3_coder", "qwen3_json": "hermes", "glm47": "glm45",
            "llama4_json": "llama3_json",
            # same markers as the target (vLLM 0.33 maps these to the same grammar)
-           "step3p5": "qwen3_coder", "step5": "qwen3_coder", "poolside_v1": "glm45", "ling3": "glm45",
-           "hy_v4": "hy_v3"}
+           "step3p5": "qwen3_coder", "step5": "qwen3_coder", "poolside_v1": "glm45", "ling3": "glm45"}
 
 __all__ = ["ToolFormat", "XmlDialect", "FORMATS", "ALIASES", "HARMONY_TOOL_NAMES", "parse_header"]

@@ -21,7 +21,8 @@ each state waits for and where they lead. The header decides where the body goes
   on one field are joined with ``\\n``.
 
 With tool extraction off (``tool_choice: none`` or no tool parser) or an unknown function
-name, a call's body is content. A cut-off call keeps its partial arguments (``complete=False``).
+name, a call's body is content; so is the body of a call cut off by the end of output or
+whose JSON breaks (one rule for every family, :mod:`parsers.calls`).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class HarmonyStage:
     """Turns Harmony output into reasoning, content and tool-call events."""
 
     __slots__ = ("calls", "extract", "st", "buf", "header", "route", "sub", "seen", "ws",
-                 "stray")
+                 "stray", "body")
 
     def __init__(self, calls: Calls, extract_tools: bool) -> None:
         self.calls = calls
@@ -92,15 +93,16 @@ class HarmonyStage:
         self.seen = ""         # fields that already have a message ("r", "c")
         self.ws = ""           # blank stray text between messages (dropped unless text follows)
         self.stray = False     # non-blank stray text was written since the last marker
+        self.body = ""         # the open call's body text (content if the call never completes)
 
     def export(self) -> dict:
         return {"st": self.st.value, "buf": self.buf, "header": self.header, "route": self.route,
-                "sub": self.sub.export() if self.sub else None, "seen": self.seen, "ws": self.ws, "stray": self.stray}
+                "sub": self.sub.export() if self.sub else None, "seen": self.seen, "ws": self.ws, "stray": self.stray, "body": self.body}
 
     def load(self, data: dict) -> None:
         self.st, self.buf, self.header = State(data["st"]), data["buf"], data["header"]
         self.route, self.seen = data["route"], data["seen"]  # (an older "emitted" flag is moot)
-        self.ws, self.stray = data["ws"], data["stray"]
+        self.ws, self.stray, self.body = data["ws"], data["stray"], data.get("body", "")
         self.sub = JsonValue.load(data["sub"]) if data["sub"] else None
 
     def feed(self, text: str) -> list[Event]:
@@ -174,7 +176,11 @@ class HarmonyStage:
         pos = 0
         if not (sub.done or sub.error):
             pos, rel = sub.feed(s)
+            self.body += s[:pos]
             self.calls.args(rel)
+            if sub.error:  # the JSON broke: not a call, its text is content
+                self.calls.end(complete=False)
+                self._give_back()
         self._stray(s[pos:])  # text after the arguments object (or where it broke)
 
     def _end_message(self, cut: bool = False) -> None:
@@ -184,10 +190,17 @@ class HarmonyStage:
             if sub.done or (sub.empty and not cut):  # whole, or a message without arguments
                 self.calls.args(rel if sub.done else "{}")
                 self.calls.end()
-            else:  # cut off or broken: the arguments are the partial text (issue 15)
-                self.calls.args(rel + sub.cut())
+            else:  # cut off: not a call, its text is content (parsers.calls)
                 self.calls.end(complete=False)
-        self.sub, self.route, self.st = None, "c", OUT
+                self._give_back()
+        self.sub, self.route, self.st, self.body = None, "c", OUT, ""
+
+    def _give_back(self) -> None:
+        """The call ended not complete: its body text is content."""
+        self.calls.take_cut()
+        body, self.body = self.body, ""
+        if body:
+            self._text("c", body)
 
     def _stray(self, s: str) -> None:
         """Text outside any message: content, except blanks between messages."""

@@ -142,12 +142,8 @@ class KeyedList(Collected):
         if name is None and not any(calls.plausible(n) for n, _ in found):
             return False
         _write(calls, found)
-        if name is not None:
-            calls.start(name)
-            calls.args(body[m.end() - 1:])
-            calls.end(False)
-        elif start is not None:
-            calls.out.append(Content(body[start:]))  # an item cut before its arguments began
+        if start is not None:
+            calls.out.append(Content(body[start:]))  # the cut item is not a call (parsers.calls)
         return True
 
 
@@ -165,19 +161,21 @@ class PythonLines(Collected):
         return self.mark + i, self.mark + i
 
     def _emit(self, body: str, calls: Calls, complete: bool) -> bool:
-        found, lines = [], body.splitlines(keepends=True)
-        for k, line in enumerate(lines):
-            if not line.strip():
-                continue
-            parsed = call_to_json(_python_literals(line.strip()))
-            if parsed is None:
-                if complete or k < len(lines) - 1 or not any(calls.plausible(n) for n, _ in found):
-                    return False  # a line that is not a call: the block is prose
-                _write(calls, found)  # cut off: the whole calls, the cut line content
-                calls.out.append(Content(line))
-                return True
-            found.append(parsed)
-        return _write(calls, found)
+        """Each line on its own (issue 22): a good call stays a call beside a line that is not
+        one (or is cut off), which is content; a block with no call at all is prose."""
+        items = []
+        for line in body.splitlines(keepends=True):
+            if line.strip():
+                parsed = call_to_json(_python_literals(line.strip()))
+                items.append(parsed if parsed is not None and calls.plausible(parsed[0]) else line)
+        if not any(isinstance(item, tuple) for item in items):
+            return False
+        for item in items:
+            if isinstance(item, tuple):
+                _write(calls, [item])
+            else:
+                calls.out.append(Content(item))
+        return True
 
 
 def _python_literals(src: str) -> str:

@@ -50,9 +50,7 @@ class NestedXmlCall(Collected):
             body = body[:-len(_END)]
         root = tool_schema(calls.tools, calls.name)
         props = root.properties() if root is not None else {}
-        args = {}
-        for name, value in _elements(body, 0, 0)[0]:
-            args[name] = _convert(value, props.get(name))
+        args = _object(_elements(body, 0, 0)[0], props)
         return close_started(calls, json.dumps(args, ensure_ascii=False), complete)
 
 
@@ -87,8 +85,24 @@ def _convert(value, view: SchemaView | None):
     items = view.items() if view is not None else None
     if (d and "array" in d.types) or (items is not None and "object" not in d.types):
         return [_convert(v, items) for _, v in value]
-    props = view.properties() if view is not None else {}
-    return {k: _convert(v, props.get(k)) for k, v in value}
+    return _object(value, view.properties() if view is not None else {})
+
+
+def _object(children: list, props: dict) -> dict:
+    """Child elements as an object; an element repeated under one name is a list of its
+    values (as vLLM 0.33 reads it), each typed by that name's schema (its items' if an array)."""
+    names: dict[str, list] = {}
+    for name, value in children:
+        names.setdefault(name, []).append(value)
+    out = {}
+    for name, values in names.items():
+        view = props.get(name)
+        if len(values) == 1:
+            out[name] = _convert(values[0], view)
+            continue
+        items = view.items() if view is not None else None
+        out[name] = [_convert(v, items if items is not None else view) for v in values]
+    return out
 
 
 __all__ = ["NestedXmlCall"]

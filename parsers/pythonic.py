@@ -99,7 +99,8 @@ def call_to_json(src: str) -> tuple[str, str] | None:
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             return None
     try:
-        return ".".join(reversed(parts)), json.dumps(args, ensure_ascii=False)
+        # allow_nan=False: 1e999 is no JSON number (never "Infinity" in arguments), so no call
+        return ".".join(reversed(parts)), json.dumps(args, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError):
         return None
 

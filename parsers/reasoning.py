@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from .events import Content, Reasoning
+from .framing import FRAMINGS, NONE, Framing
 from .scanner import find_marker
 
 
@@ -92,6 +93,8 @@ class ReasoningFormat:
       (minimax_m2_append_think).
     * ``detect``: needle sets for ``--reasoning-parser auto``: a chat template holding every
       needle of one set is this family's (:mod:`parsers.detect`).
+    * ``framing``: the family's response framing (:mod:`parsers.framing`), removed from
+      content with this parser alone too.
     """
 
     name: str
@@ -106,6 +109,7 @@ class ReasoningFormat:
     content_prefix: str | None = None
     detect: tuple[tuple[str, ...], ...] = ()
     off_when: tuple[tuple[str, object], ...] = ()
+    framing: Framing = NONE
     families: str = ""
 
     def active(self, kwargs: dict) -> bool:
@@ -168,10 +172,13 @@ FORMATS.update({f.name: f for f in (
                     off_when=(("reasoning_effort", "none"),),
                     families="DeepSeek V4.1 (thinking unless turned off)"),
     ReasoningFormat("poolside_v1", on_kwargs=_THINK_FLAGS, families="Poolside v1 (deepseek_v3 rules)"),
-    ReasoningFormat("cohere_command4", start=("<|START_THINKING|>",), end=("<|END_THINKING|>",),
-                    families="Command A reasoning (Command 4)"),
+    # Command A starts in reasoning; a model that skips thinking opens its answer (or its
+    # action) straight away, which ends the reasoning (SUPPORTED.md)
+    ReasoningFormat("cohere_command4", start=("<|START_THINKING|>",),
+                    end=("<|START_RESPONSE|>", "<|START_TEXT|>", "<|END_THINKING|>"), tool_ends=True,
+                    framing=FRAMINGS["cohere"], families="Command A reasoning (Command 4)"),
     ReasoningFormat("cohere_command3", start=("<|START_THINKING|>",), end=("<|END_THINKING|>",),
-                    default_on=False, families="Command R7B / R+ (Command 3)"),
+                    default_on=False, framing=FRAMINGS["cohere"], families="Command R7B / R+ (Command 3)"),
     # ERNIE and Hunyuan-A13B wrap the answer (<response>, <answer>): the end markers take the
     # opening wrapper with them; the closing one is dropped by the family's tool row.
     ReasoningFormat("ernie45", end=("</think>\n\n<response>", "</think>"), families="ERNIE 4.5 thinking"),
@@ -182,14 +189,18 @@ FORMATS.update({f.name: f for f in (
                     families="Granite 4.2 thinking"),
     ReasoningFormat("hunyuan_a13b", start=("<think>\n", "<think>"),
                     end=("\n</think>\n<answer>\n", "\n</think>\n", "</think>"), default_on=False,
-                    families="Hunyuan-A13B"),
+                    framing=FRAMINGS["hunyuan_a13b"], families="Hunyuan-A13B"),
     ReasoningFormat("hy_v3", on_kwargs=("reasoning_effort",), off_when=(("reasoning_effort", "no_think"),),
                     families="Hunyuan (HY) V3 (reasoning_effort)"),
-    ReasoningFormat("hy_v4", families="Hunyuan (HY) V4 (unsuffixed tokens)"),
+    ReasoningFormat("hy_v4", start=("<think:opensource>", "<think>"), end=("</think:opensource>", "</think>"),
+                    families="Hunyuan (HY) V4 (suffixed or unsuffixed tokens)"),
     ReasoningFormat("kimi_k3", start=("<|open|>think<|sep|>",), end=("<|close|>think<|sep|>",),
+                    framing=FRAMINGS["kimi_k3"],
                     families="Kimi K3 (XTML think channel, on unless thinking is turned off)"),
+    # K2 Horizon calls from inside its thinking (vLLM 0.33's parser and its tests): the
+    # tool-calls block ends the reasoning (SUPPORTED.md)
     ReasoningFormat("k2_horizon", start=("<ifm|think>", "<ifm|think_fast>", "<ifm|think_faster>"),
-                    end=("</ifm|think>", "</ifm|think_fast>", "</ifm|think_faster>"), off_kwargs=(),
+                    end=("</ifm|think>", "</ifm|think_fast>", "</ifm|think_faster>"), off_kwargs=(), tool_ends=True,
                     families="K2 Horizon (effort-specific tags)"),
     ReasoningFormat("mimo", families="MiMo (thinking on by default)"),
     ReasoningFormat("minicpmv", families="MiniCPM-V"),
@@ -200,7 +211,7 @@ FORMATS.update({f.name: f for f in (
     # PLaMo 3 starts in reasoning without an opening tag; its tool-requests block ends the
     # thinking, as vLLM 0.33's PLaMo parser and its tests have it (SUPPORTED.md)
     ReasoningFormat("plamo3", start=("<|plamo:begin_think:plamo|>",), end=("<|plamo:end_think:plamo|>",),
-                    tool_ends=True, families="PLaMo 3"),
+                    tool_ends=True, framing=FRAMINGS["plamo3"], families="PLaMo 3"),
     ReasoningFormat("step3", off_kwargs=(), families="Step-3 (end tag only)"),
     ReasoningFormat("step3p5", off_kwargs=(), trim_trailing=True,
                     families="Step-3.5 / 3.7 (template always opens <think>)"),

@@ -55,17 +55,20 @@ class ParamSchema:
     values: list | None = None
 
 
-def param_schemas(tools: list[dict] | None, name: str) -> dict[str, ParamSchema]:
+def param_schemas(tools: list[dict] | None, name: str, known: dict | None = None) -> dict[str, ParamSchema]:
     """Parameter schemas of tool ``name``, resolved: local ``$ref`` (``#/$defs/…``,
     ``#/definitions/…``, JSON-pointer escapes ``~0 ~1 %xx``; resolved by the
     ``referencing`` library, the one ``jsonschema`` uses), ``allOf`` (all must hold),
     ``anyOf``/``oneOf`` (one must) at the root (parameters spread over branches) and per
     parameter, ``const`` and ``enum``. A reference that cannot be resolved (remote,
-    broken) restricts nothing; nothing is fetched."""
+    broken) restricts nothing; nothing is fetched. ``known``: arguments already read in this
+    call (``{parameter: value}``); an ``anyOf``/``oneOf`` branch whose ``const``/``enum`` one of
+    them contradicts is left out (a discriminator written first selects the branch that
+    types the rest), unless that would leave none."""
     view = tool_schema(tools, name)
     if view is None:
         return {}
-    props = _properties(view.schema, view.resolver, 0)
+    props = _properties(view.schema, view.resolver, 0, known or {})
     return {k: ParamSchema(list(t or ()), None if v is None else list(v)) for k, (t, v) in props.items()}
 
 
@@ -157,26 +160,35 @@ def _branches(schema: dict, key: str) -> list:
     return value if isinstance(value, list) else []
 
 
-def _properties(schema, resolver, depth: int) -> dict[str, tuple]:
-    """``{parameter: (types, values)}`` of an object schema."""
+def _properties(schema, resolver, depth: int, known: dict | None = None) -> dict[str, tuple]:
+    """``{parameter: (types, values)}`` of an object schema; ``known``: see :func:`param_schemas`."""
+    known = known or {}
     schema, resolver, ref = _deref(schema, resolver, depth)
     if not isinstance(schema, dict) or depth > _MAX_DEPTH:
         return {}
     props = schema.get("properties")
     out = {k: _describe(v, resolver, depth + 1) for k, v in props.items()} if isinstance(props, dict) else {}
-    musts = [_properties(s, resolver, depth + 1) for s in _branches(schema, "allOf")]
+    musts = [_properties(s, resolver, depth + 1, known) for s in _branches(schema, "allOf")]
     if ref:
-        musts.append(_properties(*ref, depth + 1))
+        musts.append(_properties(*ref, depth + 1, known))
     for combinator in ("anyOf", "oneOf"):
+        branches = [_properties(sub, resolver, depth + 1, known) for sub in _branches(schema, combinator)]
+        chosen = [b for b in branches if not _contradicts(b, known)] or branches
         merged: dict[str, tuple] = {}
-        for sub in _branches(schema, combinator):
-            for key, d in _properties(sub, resolver, depth + 1).items():
+        for branch in chosen:
+            for key, d in branch.items():
                 merged[key] = _either(merged[key], d) if key in merged else d
         musts.append(merged)
     for sub_props in musts:
         for key, d in sub_props.items():
             out[key] = _both(out[key], d) if key in out else d
     return out
+
+
+def _contradicts(props: dict[str, tuple], known: dict) -> bool:
+    """A branch's ``const``/``enum`` excludes an argument already read."""
+    return any(key in props and props[key][1] is not None and not any(_same(value, v) for v in props[key][1])
+               for key, value in known.items())
 
 
 def _describe(schema, resolver, depth: int) -> tuple:
@@ -285,6 +297,9 @@ def coerce(raw: str, types: list[str], values: list | None = None) -> str:
         for v in values:
             if not isinstance(v, str):
                 got = _try(_json_type(v), text)
+                if got is _NO and _json_type(v) in _NUMERIC:  # "1.0" spells the member 1
+                    got = _try("number", text)
+                    got = v if got is not _NO and got == v else _NO
                 if got is not _NO and _same(got, v):
                     return json.dumps(v, ensure_ascii=False)
     for t in _ORDER:

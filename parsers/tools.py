@@ -24,13 +24,12 @@ The machine walks five states (:class:`State`); the marker-driven moves are the 
 * AFTER swallows whitespace (and the family's junk, e.g. deepseek's code fence) up to the
   call's end marker.
 
-Malformed output never raises and never loses text: until a call has *started*
-(``ToolCallStart`` written, which happens only once its name is validated), every raw
-character since the call marker — or since the section marker, while the section has no
-call yet — is kept in ``raw`` and goes back to content if the call turns out malformed
-(the section is then abandoned: its end marker will be plain content too). After the
-start, text cannot be retracted: the call ends not complete, its arguments the text
-written before the break (no closers made up), and the rest of the text is content again.
+Malformed output never raises and never loses text: until a call has *completed*, every
+raw character since the call marker — or since the section marker, while the section has
+no call yet — is kept in ``raw`` and goes back to content if the call turns out malformed,
+is cut off by the end of output or its JSON breaks (the call's events were held, see
+:mod:`parsers.calls`; the section is then abandoned: its end marker will be plain content
+too). The rest of the text is content again.
 """
 
 from __future__ import annotations
@@ -93,12 +92,16 @@ class ToolStage:
     object at the start of output is the call).
     """
 
-    __slots__ = ("fmt", "calls", "at_start", "named", "st", "outer", "buf", "raw", "header",
+    __slots__ = ("base", "fmt", "calls", "at_start", "named", "drop", "st", "outer", "buf", "raw", "header",
                  "ws", "said", "fresh", "sec0", "body", "_stop")
 
     def __init__(self, fmt: ToolFormat, calls: Calls, at_start: dict[str, str],
-                 named: str | None = None) -> None:
+                 named: str | None = None, drop: tuple[str, ...] | None = None) -> None:
+        self.base = fmt        # the row as registered; ``fmt`` is the spelling being read
         self.fmt = fmt
+        # content markers never shown: the row's own and its family's framing (the caller
+        # adds the reasoning row's framing, parsers.framing)
+        self.drop = fmt.content_framing.drop if drop is None else drop
         self.calls = calls
         self.at_start = at_start
         self.named = named
@@ -117,10 +120,15 @@ class ToolStage:
     def export(self) -> dict:
         return {"st": self.st.value, "outer": self.outer.value, "buf": self.buf, "raw": "".join(self.raw),
                 "header": self.header, "ws": self.ws, "said": self.said, "fresh": self.fresh,
-                "sec0": self.sec0,
+                "sec0": self.sec0, "spelling": self._spelling(),
                 "body": [self.body.kind, self.body.export()] if self.body else None}
 
+    def _spelling(self) -> int:
+        return 0 if self.fmt is self.base else 1 + self.base.spellings.index(self.fmt)
+
     def load(self, data: dict) -> None:
+        k = data.get("spelling", 0)
+        self.fmt = self.base.spellings[k - 1] if k else self.base
         for key in ("buf", "header", "ws", "said", "fresh", "sec0"):
             setattr(self, key, data[key])
         self.st, self.outer = State(data["st"]), State(data["outer"])
@@ -176,7 +184,7 @@ class ToolStage:
                 self.raw = []
                 self._open(kind)
                 return j
-        markers = self.fmt.text_markers + self.fmt.drop
+        markers = self.base.all_text_markers + self.drop
         i, m = find_marker(buf[pos:], markers, final)
         self._content(buf[pos:pos + i])
         if m is None:
@@ -184,9 +192,11 @@ class ToolStage:
             return None
         if m in self.fmt.label_begin:
             return self._label(buf, pos + i, m, final)
-        if m in self.fmt.drop and m not in self.fmt.text_markers:
+        if m in self.drop and m not in self.base.all_text_markers:
             return pos + i + len(m)  # content-block framing: never shown
         self.fresh = False
+        # the spelling whose marker this is reads the section or call it opens
+        self.fmt = next((row for row in (self.base,) + self.base.spellings if m in row.text_markers), self.base)
         if m in self.fmt.section_begin:
             self.raw, self.sec0 = [m], self.calls.index
             self._move(SECTION_BEGIN, m)
@@ -224,6 +234,13 @@ class ToolStage:
         return kind
 
     def _in_section(self, buf: str, pos: int, final: bool) -> int | None:
+        if self.fmt.section_body:  # a JSON object right inside the section is a call
+            j = _skip_blanks(buf, pos)
+            if j < len(buf) and buf[j] == "{":
+                (self.raw if self._empty_section() else []).append(buf[pos:j])
+                self.ws, self.said, self.header = "", False, ""
+                self._open(self.fmt.section_body)
+                return j
         kinds = self._markers(SECTION)
         i, m = find_marker(buf[pos:], tuple(kinds), final)
         if self._empty_section():
@@ -268,44 +285,71 @@ class ToolStage:
             self.header = ""
             self._open(fmt.body)
             return end
-        name, call_id = parse_header(fmt.header, self.header)
+        closed = fmt.xml is not None and self.header.rstrip().endswith("/")  # <invoke name="f"/>
+        name, call_id = parse_header(fmt.header, self.header.rstrip().removesuffix("/") if closed else self.header)
+        if name is not None and fmt.doubled_names and not self.calls.valid(name):
+            head, dot, tail = name.partition(".")
+            name = head if dot and head == tail else name
         if name is None or not self.calls.valid(name):
             self._malformed()
             return end
         self.calls.start(name, call_id)
-        self.raw, self.header = [], ""
+        self.header = ""
+        if closed:  # a call without a body
+            self.calls.args("{}")
+            self.calls.end()
+            self.raw, self.said = [], False
+            self.st = AFTER if fmt.call_end else self.outer
+            return end
         self._open(fmt.body)
         return end
 
     def _in_body(self, buf: str, pos: int, final: bool) -> int | None:
+        if self.body is None:  # the row has a second body syntax: its first characters decide
+            kind = _body_kind(self.fmt, buf, pos, final)
+            if kind is None:
+                self._stop = pos
+                return None
+            self.body = BODIES[kind](self.fmt)
         calls, body = self.calls, self.body
         calls.boundary = False
         new = body.feed(buf, pos, final, calls)
-        # raw text matters only while no call is open (it may still become content)
-        if calls.boundary or calls.open:
-            self.raw = []
-        else:
-            self.raw.append(buf[pos:new])
+        # raw text is kept until a call completes: until then it may still become content
+        self.raw.append(buf[pos:new])
+        if self._settle():
+            return new
         if body.status == MORE and not calls.boundary:
             # the body took all it could: wait for more text, or end the input here
             if not final:
                 self._stop = new
                 return None
             body.finish(calls)
-            if calls.boundary:
-                self.raw = []
+            if self._settle():
+                return new
         return self._after_body(new)
+
+    def _settle(self) -> bool:
+        """After a body step: a call that completed leaves no raw text to keep; one that
+        ended not complete (cut off, or its JSON broke) is given back as content, all of
+        it from its marker on (True: scanning goes on outside the call)."""
+        if self.calls.take_cut():
+            self._malformed()
+            return True
+        if self.calls.boundary and not self.calls.open:
+            self.raw = []
+        return False
 
     def _after_body(self, pos: int) -> int:
         status = self.body.status
         if status == MORE:
             return pos
+        second = self.body.kind != self.fmt.body  # a second syntax: the dialect's call end follows
         self.body = None
         if status == ERROR and not self.calls.boundary and any(self.raw):
             self._malformed()
             return pos
         self.raw, self.said = [], False
-        self.st = AFTER if self.fmt.call_end else self.outer
+        self.st = AFTER if self.fmt.call_end or (second and self.fmt.xml) else self.outer
         return pos
 
     def _in_after(self, buf: str, pos: int, final: bool) -> int | None:
@@ -326,6 +370,8 @@ class ToolStage:
             if kind == SECTION_END and st == AFTER and self.outer != SECTION:
                 continue
             found.update(dict.fromkeys(getattr(self.fmt, kind), kind))
+        if st == AFTER and self.fmt.xml:  # after a body of the row's second syntax
+            found.update(dict.fromkeys(self.fmt.xml.call_end, CALL_END))
         return found
 
     def _move(self, kind: str, marker: str) -> None:
@@ -353,7 +399,8 @@ class ToolStage:
         if kind == "named":
             self.calls.start(self.named)
             kind = "args"
-        self.body = BODIES[kind](self.fmt)
+        # a row with a second body syntax waits for the body's first characters
+        self.body = None if kind == self.fmt.body and self.fmt.alt_bodies else BODIES[kind](self.fmt)
 
     def _malformed(self) -> None:
         """The call never started: its raw text is content, scanning resumes outside."""
@@ -391,29 +438,26 @@ class ToolStage:
         self._content(s, _WS + self.fmt.junk)
 
 
+def _skip_blanks(buf: str, pos: int) -> int:
+    while pos < len(buf) and buf[pos] in _WS:
+        pos += 1
+    return pos
+
+
+def _body_kind(fmt: ToolFormat, buf: str, pos: int, final: bool) -> str | None:
+    """The body kind whose first characters ``buf[pos:]`` shows (blanks skipped): one of the
+    row's ``alt_bodies``, else its own; None while the text is too short to tell."""
+    sig = "".join(c for c in buf[pos:pos + 64] if c not in _WS)
+    for prefix, kind in fmt.alt_bodies:
+        if sig.startswith(prefix):
+            return kind
+        if prefix.startswith(sig) and not final:
+            return None
+    return fmt.body
+
+
 _STEP = {TEXT: ToolStage._in_text, SECTION: ToolStage._in_section, HEADER: ToolStage._in_header,
          BODY: ToolStage._in_body, AFTER: ToolStage._in_after}
 
 
-class PassThrough:
-    """No tool extraction (no tool parser, or ``tool_choice: none``): all text is content."""
-
-    __slots__ = ("calls",)
-
-    def __init__(self, calls: Calls) -> None:
-        self.calls = calls
-
-    def feed(self, text: str) -> list[Event]:
-        return [Content(text)] if text else []
-
-    def finish(self) -> list[Event]:
-        return []
-
-    def export(self) -> dict:
-        return {}
-
-    def load(self, data: dict) -> None:
-        pass
-
-
-__all__ = ["ToolStage", "PassThrough", "BODIES"]
+__all__ = ["ToolStage", "BODIES"]

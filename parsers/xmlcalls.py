@@ -35,6 +35,7 @@ from .scanner import find_marker
 from .schema import coerce, is_string_only
 
 _MAX_KEY = 256
+_CDATA = ("<![CDATA[", "]]>")  # a value wrapped verbatim (MiniCPM 5)
 
 
 class Slot(StrEnum):
@@ -50,7 +51,7 @@ class XmlCall:
     """Arguments of one XML-style call (see module docstring)."""
 
     kind = "xml"
-    __slots__ = ("d", "st", "key", "types", "val", "lead", "tail", "opened", "status")
+    __slots__ = ("d", "st", "key", "types", "val", "lead", "tail", "opened", "status", "known", "cdata")
 
     def __init__(self, fmt=None) -> None:
         self.d = fmt.xml if fmt is not None else None
@@ -62,16 +63,20 @@ class XmlCall:
         self.tail = ""         # held trailing newline of a streamed string value
         self.opened = False    # '{' written
         self.status = MORE
+        self.known: dict = {}  # values of enum/const parameters read so far (they select schema branches)
+        self.cdata = False     # the value is wrapped in <![CDATA[ … ]]> (dialect ``cdata``)
 
     def export(self) -> list:
         return [self.st.value, self.key, self.types, self.val, self.lead, self.tail, self.opened,
-                self.status]
+                self.status, self.known, self.cdata]
 
     @classmethod
     def load(cls, data: list, fmt=None) -> "XmlCall":
         obj = cls(fmt)
         (obj.st, obj.key, obj.types, obj.val, obj.lead, obj.tail, obj.opened,
-         obj.status) = data
+         obj.status) = data[:8]
+        obj.known = data[8] if len(data) > 8 else {}
+        obj.cdata = bool(data[9]) if len(data) > 9 else False
         obj.st, obj.status = Slot(obj.st), Status(obj.status)
         return obj
 
@@ -108,7 +113,16 @@ class XmlCall:
                 else:
                     self._begin_value(calls, typed)
             else:  # value
-                i, m = find_marker(text[pos:], (d.value_end,), final)
+                if d.cdata and self.lead and not self.val and not self.cdata:
+                    head = text[pos:pos + len(_CDATA[0])]
+                    if head == _CDATA[0]:
+                        self.cdata = True
+                        pos += len(head)
+                        continue
+                    if _CDATA[0].startswith(head) and not final:
+                        return pos  # may still be the CDATA opener
+                ends = (_CDATA[1] + d.value_end, d.value_end) if self.cdata else (d.value_end,)
+                i, m = find_marker(text[pos:], ends, final)
                 self._value_text(text[pos:pos + i], calls)
                 if m is None:
                     return pos + i
@@ -154,8 +168,10 @@ class XmlCall:
 
     def _begin_value(self, calls: Calls, typed: list[str] | None = None) -> None:
         self.st, self.lead, self.tail, self.val = Slot.VALUE, True, "", ""
-        types = calls.types(calls.name).get(self.key, []) if typed is None else typed
-        self.types = None if is_string_only(types) else types
+        schema = calls.schemas(calls.name, self.known).get(self.key) if typed is None else None
+        types = (schema.types if schema else []) if typed is None else typed
+        # a string with listed values is collected too: it may select a schema branch
+        self.types = None if is_string_only(types) and not (schema and schema.values) else types
         if self.types is None:
             calls.args(self._prefix() + '"')
 
@@ -191,9 +207,12 @@ class XmlCall:
             if self.d.trim_newline:
                 raw = raw[1:] if raw.startswith("\n") else raw
                 raw = raw[:-1] if raw.endswith("\n") else raw
-            schema = calls.schemas(calls.name).get(self.key)
-            calls.args(self._prefix() + coerce(raw, self.types, schema.values if schema else None))
-        self.st, self.val, self.tail, self.types = Slot.BETWEEN, "", "", None
+            schema = calls.schemas(calls.name, self.known).get(self.key)
+            value = coerce(raw, self.types, schema.values if schema else None)
+            if schema and schema.values:
+                self.known[self.key] = json.loads(value)
+            calls.args(self._prefix() + value)
+        self.st, self.val, self.tail, self.types, self.cdata = Slot.BETWEEN, "", "", None, False
 
     def _close(self, calls: Calls) -> None:
         if self.st == Slot.VALUE:

@@ -82,7 +82,7 @@ def test_case10_no_argument_byte_twice_per_token():
     spec = ParserSpec(tool="hermes", tools=c["input"]["tools"])
     events = run(spec, per_token_chunks("qwen2.5-instruct", c["input"]["raw_output"]))
     pieces = [e.text for e in events if type(e).__name__ == "ToolCallArguments"]
-    assert len(pieces) > 5  # really streamed, not one blob at the end
+    # (a call's events are released when it completes, issue 22, so no count of pieces)
     assert "".join(pieces) == c["expected"]["tool_calls"][0]["function"]["arguments"]
 
 
@@ -130,7 +130,8 @@ def test_case15_qwen3coder():
     b = all_runs(spec, b_text, [per_token_chunks("qwen3", b_text)])
     assert calls_of(b) == expected_calls(c["expected"]["b"])
     trunc = all_runs(spec, c["input"]["raw_output_c_truncated"])
-    assert calls_of(trunc) == [{"name": "get_weather", "arguments": '{"city": "Tokyo"}'}]  # recovery policy
+    # "no call" of the case's two allowed answers: a call cut off is content (issue 22)
+    assert calls_of(trunc) == [] and trunc.content == c["input"]["raw_output_c_truncated"]
 
 
 @pytest.mark.parametrize("family,text", [

@@ -22,7 +22,10 @@ STATES = json.loads((Path(__file__).parent / "parsers_fixtures" / "states_v1.jso
 @pytest.mark.parametrize("entry", STATES, ids=[e["id"] for e in STATES])
 def test_state_exported_by_earlier_code_resumes(entry):
     spec = ParserSpec.from_dict(entry["spec"])
-    head = create_parser(spec).feed(entry["head"])
+    parser = create_parser(spec)
+    # the earlier code released an open call's start and arguments as they came; today's
+    # holds them until the call completes (issue 22), so they are what it had emitted
+    head = parser.feed(entry["head"]) + parser.calls.held
     resumed = OutputParser.restore(spec, entry["state"])
     events = head + resumed.feed(entry["rest"]) + resumed.finish()
     msg = message_from_events(events)

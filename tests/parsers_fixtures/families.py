@@ -48,6 +48,29 @@ RT_PYTHONIC = {"version": 1, "start_anchor": ["<|assistant|>"],
                           "content": {"content_args": {"strip": False}}}}
 
 
+# issue 22 fixtures: HY V4's Hy4 spelling, a schema-typed tool, a root oneOf with a discriminator
+HY4 = ":opensource"
+
+
+def hy4(name: str, *args: tuple[str, str], sfx: str = HY4) -> str:
+    body = "".join(f"<arg_key{sfx}>{k}</arg_key{sfx}><arg_value{sfx}>{v}</arg_value{sfx}>" for k, v in args)
+    return f"<tool_call{sfx}>{name}{body}</tool_call{sfx}>"
+
+
+TYPED_TOOL = {"type": "function", "function": {"name": "typed", "parameters": {"type": "object", "properties": {
+    "s": {"type": "string"}, "i": {"type": "integer"}, "b": {"type": "boolean"}, "n": {"type": "number"},
+    "arr": {"type": "array"}, "obj": {"type": "object"}, "union": {"type": ["string", "object"]},
+    "any_of": {"anyOf": [{"type": "string"}, {"type": "array"}]}, "one_of": {"oneOf": [{"type": "number"}]},
+    "bad_int": {"type": "integer"}}}}}
+ONEOF_TOOL = {"type": "function", "function": {"name": "set", "parameters": {"oneOf": [
+    {"type": "object", "properties": {"kind": {"const": "count"}, "value": {"type": "integer"}}},
+    {"type": "object", "properties": {"kind": {"const": "label"}, "value": {"type": "string"}}}]}}}
+ENUM_TOOL = {"type": "function", "function": {"name": "mode", "parameters": {"type": "object", "properties": {
+    "level": {"enum": [1, "auto"]}}}}}
+NS_TOOL = {"type": "function", "function": {"name": "web.search", "parameters": {"type": "object", "properties": {
+    "q": {"type": "string"}}}}}
+
+
 def family_markers(spec) -> list[str]:
     """The marker strings of ``spec``'s rows that are special tokens in the family's real
     vocabulary (``<…>`` / ``]<]…[`` spellings without spaces or ``=``), for a tokenizer that
@@ -310,6 +333,96 @@ def _samples(spec, rt) -> list:
      "<think>maybe <tool_call>noop</tool_call> no</think>Answer."),
     ("plamo3-call-in-thinking", spec("plamo3", "plamo3", thinking=True),
      "Think." + PLAMO("begin_tool_requests") + plamo_call("noop", "{}") + PLAMO("end_tool_requests")),
+    *_issue22(spec),
+    ]
+
+
+def _issue22(spec) -> list:
+    """Issue 22: each family's real output as the model writes it (one group per cause)."""
+    k3 = ("<|open|>think<|sep|>Plan.<|close|>think<|sep|><|open|>response<|sep|>Hi.<|close|>response<|sep|>"
+          '<|open|>tools<|sep|><|open|>call tool="noop" index="1"<|sep|><|close|>call<|sep|><|close|>tools<|sep|>'
+          "<|close|>message<|sep|>")
+    typed = [spec("hy_v4", tools=[TYPED_TOOL])]
+    return [
+    # 1. HY V4: the Hy4 :opensource spelling and the unsuffixed one, no <tool_sep>; typed values
+    ("hy-v4-opensource", spec("hy_v4", "hy_v4", thinking=True),
+     f"Plan.</think{HY4}>Sure.<tool_calls{HY4}>" + hy4("get_weather", ("city", "Paris"), ("days", "3"))
+     + hy4("noop") + f"</tool_calls{HY4}>"),
+    ("hy-v4-unsuffixed", spec("hy_v4"),
+     "<tool_calls>" + hy4("get_weather", ("city", "北京"), ("days", "x"), sfx="") + hy4("noop", sfx="") + "</tool_calls>"),
+    ("hy-v4-typed", typed[0],
+     f"<tool_calls{HY4}>" + hy4("typed", ("s", "Beijing"), ("i", "-7"), ("b", "True"), ("n", "1e3"), ("arr", '["a", "b"]'),
+                               ("obj", '{"k": 1}'), ("union", "plain"), ("any_of", '["x"]'), ("one_of", "2.5"),
+                               ("bad_int", "notanint")) + f"</tool_calls{HY4}>"),
+    ("hy-v4-duplicate-key", spec("hy_v4"),
+     f"<tool_calls{HY4}>" + hy4("get_weather", ("city", "Paris"), ("city", "Berlin")) + f"</tool_calls{HY4}>"),
+    ("hy-v4-cut", spec("hy_v4"),
+     f"<tool_calls{HY4}>" + hy4("get_weather", ("city", "Paris"))[:-len(f"</tool_call{HY4}>")]
+     + f"<arg_key{HY4}>days</arg_key{HY4}><arg_value{HY4}>2"),
+    # 2. response framing is the model's, whichever parser is active
+    ("kimi-k3-reasoning-only-framing", spec(None, "kimi_k3", thinking=True), k3),
+    ("kimi-k3-tool-choice-none", spec("kimi_k3", "kimi_k3", choice="none", thinking=True), k3),
+    ("cohere4-reasoning-only-framing", spec(None, "cohere_command4", thinking=True),
+     "<|START_THINKING|>Plan.<|END_THINKING|><|START_RESPONSE|>Hi.<|END_RESPONSE|>"),
+    ("cohere3-tool-choice-none", spec("cohere_command3", "cohere_command3", choice="none"),
+     "<|START_RESPONSE|>Hi.<|END_RESPONSE|>"),
+    ("hunyuan-a13b-reasoning-only", spec(None, "hunyuan_a13b"), "<think>\nx\n</think>\n<answer>\ny\n</answer>"),
+    # 3. PLaMo 3 ends its message with <|plamo:tag|>
+    ("plamo3-tag-ends-message", spec(None, "plamo3", thinking=True),
+     "Plan." + PLAMO("end_think") + "Answer.<|plamo:tag|>ignored"),
+    ("plamo3-tag-with-tools", spec("plamo3", "plamo3", thinking=True),
+     "Plan." + PLAMO("end_think") + "Answer.<|plamo:tag|>" + PLAMO("begin_tool_requests") + plamo_call("noop", "{}")),
+    # 4. call bodies in a second syntax
+    ("dsml-json-body", spec("deepseek_v32"),
+     dsml("function_calls", f'<{DSML}invoke name="get_weather">\n{{"city": "Paris", "days": 3}}\n</{DSML}invoke>\n')),
+    ("dsml-self-closing", spec("deepseek_v4"),
+     dsml("tool_calls", f'<{DSML}invoke name="noop"/>\n', dsml_invoke("get_weather", ("city", "true", "Oslo")))),
+    ("dots-json-envelope", spec("dots"),
+     '<dots_function_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</dots_function_call>'),
+    ("lfm2-json-list", spec("lfm2"),
+     '<|tool_call_start|>[{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+     '{"name": "noop", "arguments": {}}]<|tool_call_end|>Checking.'),
+    ("muse-dotted-name", spec("muse", "muse", tools=[NS_TOOL]),
+     '<|start|>assistant to=web.search<|message|><atem:function_calls>\n<atem:invoke name="web.search">\n'
+     '<atem:parameter name="q">x</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eom|>'),
+    ("muse-doubled-bare-name", spec("muse", "muse"),
+     '<|start|>assistant to=noop.noop<|message|><atem:function_calls>\n<atem:invoke name="noop.noop">\n'
+     "</atem:invoke>\n</atem:function_calls><|eom|>"),
+    # 5. schema typing: a oneOf branch chosen by its const discriminator; an enum member spelled 1.0
+    ("oneof-discriminator", spec("qwen3_coder", tools=[ONEOF_TOOL]),
+     "<tool_call>\n<function=set>\n<parameter=kind>\nlabel\n</parameter>\n<parameter=value>\n5\n</parameter>\n"
+     "</function>\n</tool_call>"),
+    ("oneof-discriminator-count", spec("qwen3_coder", tools=[ONEOF_TOOL]),
+     "<tool_call>\n<function=set>\n<parameter=kind>\ncount\n</parameter>\n<parameter=value>\n5\n</parameter>\n"
+     "</function>\n</tool_call>"),
+    ("enum-number-spelling", spec("qwen3_coder", tools=[ENUM_TOOL]),
+     "<tool_call>\n<function=mode>\n<parameter=level>\n1.0\n</parameter>\n</function>\n</tool_call>"),
+    # 6. calls inside an open think block, per family (SUPPORTED.md)
+    ("k2-horizon-call-in-think", spec("k2_horizon", "k2_horizon", thinking=True),
+     "plan<ifm|tool_calls><ifm|tool_call>noop</ifm|tool_call></ifm|tool_calls>"),
+    ("cohere4-skips-thinking", spec("cohere_command4", "cohere_command4", thinking=True),
+     "<|START_TEXT|>Answer.<|END_TEXT|>"),
+    ("cohere4-skips-thinking-action", spec("cohere_command4", "cohere_command4", thinking=True),
+     '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "noop", "parameters": {}}]<|END_ACTION|>'),
+    ("seed-oss-call-in-think", spec("seed_oss", "seed_oss"),
+     "<seed:think>maybe <seed:tool_call>\n<function=noop>\n</function>\n</seed:tool_call> no</seed:think>Answer."),
+    ("seed-oss-call-after-think", spec("seed_oss", "seed_oss"),
+     "<seed:think>plan</seed:think><seed:tool_call>\n<function=noop>\n</function>\n</seed:tool_call>"),
+    # 7. value bugs
+    ("minicpm5-cdata", spec("minicpm5"),
+     '<function name="search"><param name="query"><![CDATA[a <b> ]] c]]></param><param name="limit">2</param></function>'),
+    ("minimax-m3-repeated", spec("minimax_m3"),
+     f'{MM3}<tool_call>{MM3}<invoke name="search">{MM3}<filters>{MM3}<tag>a{MM3}</tag>{MM3}<tag>b{MM3}</tag>'
+     f"{MM3}</filters>{MM3}<query>x{MM3}</query>{MM3}<query>y{MM3}</query>{MM3}</invoke>{MM3}</tool_call>"),
+    ("olmo3-bad-sibling", spec("olmo3"), '<function_calls>noop()\nnot a call\nsearch(query="x")</function_calls>'),
+    ("olmo3-infinity", spec("olmo3"), '<function_calls>search(limit=1e999)\nnoop()</function_calls>'),
+    # 8. a call cut off by max_tokens inside its arguments is content, every family
+    ("hermes-cut-in-arguments", spec("hermes"), '<tool_call>{"name": "get_weather", "arguments": {"city": "Par'),
+    ("llama3-json-cut-in-arguments", spec("llama3_json"), '{"name": "get_weather", "parameters": {"city": "Par'),
+    ("deepseek-v31-cut-in-arguments", spec("deepseek_v31"),
+     "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Par"),
+    ("openai-cut-in-arguments", spec("openai", "openai_gptoss"),
+     '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Par'),
     ]
 
 FAMILY_EXPECTED = {
@@ -318,7 +431,7 @@ FAMILY_EXPECTED = {
     'dsml-v4-thinking': ('Need the weather.', None, [('get_weather', '{"city": "Paris", "days": 3}')]),
     'dsml-v4-no-string-attr': (None, None, [('get_weather', '{"days": 4}')]),
     'dsml-v41': (None, 'Sure.', [('get_weather', '{"city": "Paris", "days": 3}')]),
-    'dsml-cut': (None, None, [('get_weather', '{"city": "Paris"}')]),
+    'dsml-cut': (None, '<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n<｜DSML｜parameter name="days" string="false"', []),
     'dsml-unknown': (None, '<｜DSML｜function_calls>\n<｜DSML｜invoke name="rm_rf">\n<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n<｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>', []),
     'kimi-k3': ('Weather first.', 'On it.', [('get_weather', '{"city": "Zürich \\"1\\"", "days": 2}')]),
     'kimi-k3-escaped-key': (None, None, [('f', '{"a\\"b": {"x": null}}')]),
@@ -347,10 +460,10 @@ FAMILY_EXPECTED = {
     'olmo3-prose': (None, '<function_calls>not a call at all</function_calls> ok', []),
     'gemma4': ('Need weather.', 'Sure.', [('get_weather', '{"city": "Paris, {FR}", "days": 3, "metric": true}')]),
     'gemma4-nested': (None, None, [('search', '{"query": "a:b", "filters": {"tags": ["x", "2"], "deep": {"k": "null"}}, "limit": 2.5}'), ('noop', '{}')]),
-    'gemma4-cut': (None, None, [('get_weather', '{"city": "Par')]),
+    'gemma4-cut': (None, '<|tool_call>call:get_weather{city:<|"|>Par', []),
     'functiongemma': (None, None, [('get_weather', '{"city": "Paris", "days": 2}')]),
     'minimax-m3': ('Plan', None, [('search', '{"query": "hi</q>", "filters": {"tags": {"item": "a"}}, "limit": 5}')]),
-    'minimax-m3-cut': (None, None, [('noop', '{}')]),
+    'minimax-m3-cut': (None, ']<]minimax[>[<tool_call>]<]minimax[>[<invoke name="noop">]<]minimax[>[<a>1', []),
     'gemma4-reasoning-only': ('hmm', 'Answer.', []),
     'kimi-k3-reasoning': ('r', 'c', []),
     'minimax-m3-reasoning': ('plan', 'Done.', []),
@@ -392,10 +505,10 @@ FAMILY_EXPECTED = {
     'minicpm5-two': (None, None, [('noop', '{}'), ('get_weather', '{"days": 3}')]),
     'mimo-two': (None, None, [('noop', '{}'), ('search', '{"limit": 2}')]),
     'k2-horizon-two': (None, None, [('noop', '{}'), ('get_weather', '{"city": "Lima"}')]),
-    'apertus-cut': (None, None, [('noop', '{}'), ('get_weather', '{"city": "Par')]),
+    'apertus-cut': (None, '{"get_weather": {"city": "Par', [('noop', '{}')]),
     'olmo3-cut': (None, 'get_weather(city="Par', [('noop', '{}')]),
     'k2-horizon-json': ('plan', None, [('search', '{"query": "q", "limit": 3}'), ('noop', '{}')]),
-    'k2-horizon-json-cut': (None, None, [('get_weather', '{"city": "Li')]),
+    'k2-horizon-json-cut': (None, '<ifm|tool_calls><ifm|tool_call>{"name": "get_weather", "arguments": {"city": "Li', []),
     'muse-quoted-call': ('Maybe <atem:invoke name="noop"></atem:invoke>?', 'Write <atem:function_calls><atem:invoke name="noop"></atem:invoke></atem:function_calls>.', []),
     'muse-developer-dropped': (None, 'Hi.', []),
     'hy-v3-no-think': (None, 'r</think>c', []),
@@ -417,4 +530,39 @@ FAMILY_EXPECTED = {
                                  '</｜DSML｜invoke>\n</｜DSML｜tool_calls>no.', 'Answer.', []),
     'ling3-call-in-think': ('maybe <tool_call>noop</tool_call> no', 'Answer.', []),
     'plamo3-call-in-thinking': ('Think.', None, [('noop', '{}')]),
+    # issue 22
+    'hy-v4-opensource': ('Plan.', 'Sure.', [('get_weather', '{"city": "Paris", "days": 3}'), ('noop', '{}')]),
+    'hy-v4-unsuffixed': (None, None, [('get_weather', '{"city": "北京", "days": "x"}'), ('noop', '{}')]),
+    'hy-v4-typed': (None, None, [('typed', '{"s": "Beijing", "i": -7, "b": true, "n": 1000.0, "arr": ["a", "b"], "obj": {"k": 1}, "union": "plain", "any_of": ["x"], "one_of": 2.5, "bad_int": "notanint"}')]),
+    'hy-v4-duplicate-key': (None, None, [('get_weather', '{"city": "Paris", "city": "Berlin"}')]),
+    'hy-v4-cut': (None, '<tool_calls:opensource><tool_call:opensource>get_weather<arg_key:opensource>city</arg_key:opensource><arg_value:opensource>Paris</arg_value:opensource><arg_key:opensource>days</arg_key:opensource><arg_value:opensource>2', []),
+    'kimi-k3-reasoning-only-framing': ('Plan.', 'Hi.', []),
+    'kimi-k3-tool-choice-none': ('Plan.', 'Hi.', []),
+    'cohere4-reasoning-only-framing': ('Plan.', 'Hi.', []),
+    'cohere3-tool-choice-none': (None, 'Hi.', []),
+    'hunyuan-a13b-reasoning-only': ('x', 'y', []),
+    'plamo3-tag-ends-message': ('Plan.', 'Answer.', []),
+    'plamo3-tag-with-tools': ('Plan.', 'Answer.', []),
+    'dsml-json-body': (None, None, [('get_weather', '{"city": "Paris", "days": 3}')]),
+    'dsml-self-closing': (None, None, [('noop', '{}'), ('get_weather', '{"city": "Oslo"}')]),
+    'dots-json-envelope': (None, None, [('get_weather', '{"city": "Paris"}')]),
+    'lfm2-json-list': (None, 'Checking.', [('get_weather', '{"city": "Paris"}'), ('noop', '{}')]),
+    'muse-dotted-name': (None, None, [('web.search', '{"q": "x"}')]),
+    'muse-doubled-bare-name': (None, None, [('noop', '{}')]),
+    'oneof-discriminator': (None, None, [('set', '{"kind": "label", "value": "5"}')]),
+    'oneof-discriminator-count': (None, None, [('set', '{"kind": "count", "value": 5}')]),
+    'enum-number-spelling': (None, None, [('mode', '{"level": 1}')]),
+    'k2-horizon-call-in-think': ('plan', None, [('noop', '{}')]),
+    'cohere4-skips-thinking': (None, 'Answer.', []),
+    'cohere4-skips-thinking-action': (None, None, [('noop', '{}')]),
+    'seed-oss-call-in-think': ('maybe <seed:tool_call>\n<function=noop>\n</function>\n</seed:tool_call> no', 'Answer.', []),
+    'seed-oss-call-after-think': ('plan', None, [('noop', '{}')]),
+    'minicpm5-cdata': (None, None, [('search', '{"query": "a <b> ]] c", "limit": 2}')]),
+    'minimax-m3-repeated': (None, None, [('search', '{"filters": {"tag": ["a", "b"]}, "query": ["x", "y"]}')]),
+    'olmo3-bad-sibling': (None, 'not a call\n', [('noop', '{}'), ('search', '{"query": "x"}')]),
+    'olmo3-infinity': (None, 'search(limit=1e999)\n', [('noop', '{}')]),
+    'hermes-cut-in-arguments': (None, '<tool_call>{"name": "get_weather", "arguments": {"city": "Par', []),
+    'llama3-json-cut-in-arguments': (None, '{"name": "get_weather", "parameters": {"city": "Par', []),
+    'deepseek-v31-cut-in-arguments': (None, '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Par', []),
+    'openai-cut-in-arguments': (None, '{"city": "Par', []),
 }
