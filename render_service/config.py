@@ -63,3 +63,8 @@ class ServeConfig:
     max_log_len: int | None = None
     enable_prompt_tokens_details: bool = False     # derender passes the engine's usage.prompt_tokens_details
     enable_request_id_headers: bool = False        # every response carries X-Request-Id
+    anthropic_disabled_thinking_effort: str = "auto"  # reasoning_effort for Messages' thinking: disabled
+    allowed_origins: tuple[str, ...] = ()          # CORS (vLLM's flags); none: no CORS headers
+    allowed_methods: tuple[str, ...] = ("*",)
+    allowed_headers: tuple[str, ...] = ("*",)
+    allow_credentials: bool = False

@@ -134,7 +134,10 @@ def disabled_thinking_effort(bundle: ModelBundle, config: ServeConfig) -> str:
     when the template renders ``none`` differently from every real effort, else ``"low"``
     (the template cannot turn thinking off, or refuses ``none``). vLLM 0.33's
     ``--anthropic-disabled-thinking-effort auto`` probe on ``[{"role": "user", "content": "Hi"}]``;
-    decided once per model and config."""
+    decided once per model and config. ``--anthropic-disabled-thinking-effort`` other than
+    ``auto`` names the effort outright."""
+    if config.anthropic_disabled_thinking_effort != "auto":
+        return config.anthropic_disabled_thinking_effort
     key = (bundle.fingerprint, repr(config))
     if key not in _disabled_effort:
         def prompt(effort: str) -> list[int] | None:
