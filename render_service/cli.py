@@ -221,11 +221,13 @@ def run_serve(args: argparse.Namespace) -> int:
     except StartupError as exc:
         print(f"render-service: error: {exc}", file=sys.stderr)
         return 2
+    scheme = "https" if config.ssl_certfile else "http"
     logging.getLogger("render_service").info(
         "serving %s (context %d tokens) on %s", bundle.model_name, bundle.max_model_len,
-        f"http://{config.host}:{config.port}" if config.host else f"port {config.port} of all interfaces",
+        f"{scheme}://{config.host}:{config.port}" if config.host else f"{scheme} port {config.port} of all interfaces",
     )
-    connection = {**connection_options(args), "root_path": config.root_path, "access_log": config.access_log}
+    connection = {**connection_options(args), "root_path": config.root_path, "access_log": config.access_log,
+                  **launch_compat.tls_options(config)}
     if config.workers > 1:
         os.environ["RENDER_SERVICE_CONFIG"] = json.dumps(config.__dict__, default=list)
         uvicorn.run("render_service.server:app_from_env", factory=True, host=config.host, port=config.port,

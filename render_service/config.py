@@ -68,3 +68,8 @@ class ServeConfig:
     allowed_methods: tuple[str, ...] = ("*",)
     allowed_headers: tuple[str, ...] = ("*",)
     allow_credentials: bool = False
+    ssl_keyfile: str | None = None                 # TLS as uvicorn serves it (launch_compat.check_tls)
+    ssl_certfile: str | None = None
+    ssl_ca_certs: str | None = None                # CA bundle client certificates must chain to
+    ssl_cert_reqs: int = 0                         # ssl.CERT_NONE / CERT_OPTIONAL / CERT_REQUIRED
+    ssl_ciphers: str | None = None

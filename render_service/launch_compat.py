@@ -98,6 +98,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Hugging Face token for a --model hub id (without a value: the stored login)")
     g.add_argument("--enable-server-load-tracking", "--disable-server-load-tracking", nargs=0,
                    action=_AlwaysOn, help="accepted: /load always counts the requests in flight here")
+    tls = p.add_argument_group("TLS (as uvicorn serves it; plain HTTP is then refused on the port)")
+    tls.add_argument("--ssl-keyfile", default=None, help="PEM private key of the server certificate")
+    tls.add_argument("--ssl-certfile", default=None, help="PEM server certificate (chain)")
+    tls.add_argument("--ssl-ca-certs", default=None, help="PEM CA bundle that client certificates must chain to")
+    tls.add_argument("--ssl-cert-reqs", type=int, choices=(0, 1, 2), default=0,
+                     help="client certificates: 0 not asked, 1 optional, 2 required (mTLS; Python's ssl.CERT_*)")
+    tls.add_argument("--ssl-ciphers", default=None, help="OpenSSL cipher list (TLS 1.2 and below)")
     g.add_argument("--config", default=None, help="a YAML file of flags (read before the command line, as vLLM)")
     known = set(p._option_string_actions)
     noop = p.add_argument_group("vllm launch render flags accepted without effect on a CPU render tier")
@@ -373,6 +380,11 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "allowed_methods": tuple(args.allowed_methods),
         "allowed_headers": tuple(args.allowed_headers),
         "allow_credentials": args.allow_credentials,
+        "ssl_keyfile": args.ssl_keyfile,
+        "ssl_certfile": args.ssl_certfile,
+        "ssl_ca_certs": args.ssl_ca_certs,
+        "ssl_cert_reqs": args.ssl_cert_reqs,
+        "ssl_ciphers": args.ssl_ciphers,
     }
 
 
@@ -425,6 +437,63 @@ def check_chat_template(value: str | None) -> None:
                                 "file or an inline Jinja template") from None
 
 
+def check_tls(config) -> None:
+    """The TLS flags as uvicorn will use them: both key and certificate or neither, every file
+    readable, the key matching the certificate, the CA bundle and cipher list valid, mTLS
+    (``--ssl-cert-reqs`` 1 or 2) only with a CA bundle to check clients against.
+
+    Raises:
+        StartupCheckError: the first problem, naming the flag and file.
+    """
+    import ssl
+
+    files = {"--ssl-keyfile": config.ssl_keyfile, "--ssl-certfile": config.ssl_certfile,
+             "--ssl-ca-certs": config.ssl_ca_certs}
+    if not any(files.values()):
+        if config.ssl_cert_reqs or config.ssl_ciphers:
+            raise StartupCheckError("--ssl-cert-reqs / --ssl-ciphers need --ssl-certfile and --ssl-keyfile")
+        return
+    if not (config.ssl_keyfile and config.ssl_certfile):
+        raise StartupCheckError("TLS needs both --ssl-certfile and --ssl-keyfile")
+    for flag, path in files.items():
+        if path:
+            try:
+                Path(path).read_bytes()
+            except OSError as exc:
+                raise StartupCheckError(f"{flag} {path}: cannot read it ({exc.strerror or exc})") from None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(config.ssl_certfile, config.ssl_keyfile)
+    except ssl.SSLError as exc:
+        raise StartupCheckError(f"--ssl-certfile {config.ssl_certfile} / --ssl-keyfile {config.ssl_keyfile}: "
+                                f"not a certificate and its key ({exc.reason or exc})") from None
+    if config.ssl_ca_certs:
+        try:
+            context.load_verify_locations(config.ssl_ca_certs)
+        except ssl.SSLError as exc:
+            raise StartupCheckError(f"--ssl-ca-certs {config.ssl_ca_certs}: not a PEM CA bundle "
+                                    f"({exc.reason or exc})") from None
+    elif config.ssl_cert_reqs:
+        raise StartupCheckError(f"--ssl-cert-reqs {config.ssl_cert_reqs} asks for client certificates: give "
+                                "--ssl-ca-certs, the CA they must chain to")
+    if config.ssl_ciphers:
+        try:
+            context.set_ciphers(config.ssl_ciphers)
+        except ssl.SSLError:
+            raise StartupCheckError(f"--ssl-ciphers {config.ssl_ciphers!r}: no cipher OpenSSL knows") from None
+
+
+def tls_options(config) -> dict:
+    """uvicorn keyword arguments for the TLS flags (none without ``--ssl-certfile``)."""
+    if not config.ssl_certfile:
+        return {}
+    options = {"ssl_keyfile": config.ssl_keyfile, "ssl_certfile": config.ssl_certfile,
+               "ssl_ca_certs": config.ssl_ca_certs, "ssl_cert_reqs": config.ssl_cert_reqs}
+    if config.ssl_ciphers:
+        options["ssl_ciphers"] = config.ssl_ciphers
+    return options
+
+
 def check_port(host: str, port: int) -> None:
     """Raises `StartupCheckError` when ``host:port`` cannot be bound (another server holds it);
     an empty ``host`` is every interface."""
@@ -455,6 +524,7 @@ def preflight(args: argparse.Namespace, config) -> None:
     refused = refused_flags(args)
     if refused:
         raise StartupCheckError("; ".join(refused))
+    check_tls(config)
     check_port(config.host, config.port)
     ignored = ignored_flags(args)
     if ignored:

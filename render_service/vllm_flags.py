@@ -467,9 +467,4 @@ NOT_SERVED: dict[str, tuple[str, tuple]] = {
     "--shutdown-timeout": ("use --graceful-shutdown-timeout", ("0",)),
     "--otlp-traces-endpoint": ("traces are not exported", ()),
     "--lora-modules": ("LoRA adapter names are not served as models", ()),
-    "--ssl-keyfile": ("TLS is not served", ()),
-    "--ssl-certfile": ("TLS is not served", ()),
-    "--ssl-ca-certs": ("TLS is not served", ()),
-    "--ssl-cert-reqs": ("TLS is not served", ("0",)),
-    "--ssl-ciphers": ("TLS is not served", ()),
 }

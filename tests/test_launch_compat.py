@@ -407,3 +407,62 @@ def test_hub_flags_reach_the_hub_client(monkeypatch, tmp_path):
     assert os.environ["HF_HUB_CACHE"] == str(tmp_path) and os.environ["HF_TOKEN"] == "hf_x"
     _, args = _config(["org/model", "--hf-token"], monkeypatch)  # no value: the stored login, as vLLM
     assert args.hf_token is True
+
+
+
+# --- TLS and mTLS (issue 26) ---
+
+def _tls_context(pki, cert=None):
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    if cert:
+        context.load_cert_chain(*map(str, cert))
+    return context
+
+
+def test_tls_is_served_and_plain_http_is_refused(tmp_path):
+    from certs import make_pki
+
+    pki = make_pki(tmp_path)
+    with _serve("--ssl-certfile", str(pki.server_cert), "--ssl-keyfile", str(pki.server_key),
+                scheme="https", verify=_tls_context(pki)) as (client, _):
+        assert client.get("/v1/models").status_code == 200
+        url = str(client.base_url).rstrip("/") + "/v1/models"
+        with pytest.raises(httpx.TransportError):
+            httpx.get(url.replace("https://", "http://"), timeout=10)
+        with pytest.raises(httpx.ConnectError):  # a client that does not trust the CA
+            httpx.get(url, timeout=10)
+
+
+def test_mtls_requires_a_client_certificate_from_the_ca(tmp_path):
+    from certs import make_pki
+
+    pki = make_pki(tmp_path)
+    server = ("--ssl-certfile", str(pki.server_cert), "--ssl-keyfile", str(pki.server_key),
+              "--ssl-ca-certs", str(pki.ca), "--ssl-cert-reqs", "2")
+    with _serve(*server, scheme="https", verify=_tls_context(pki, (pki.client_cert, pki.client_key))) as (client, _):
+        assert client.post("/tokenize", json={"prompt": "hi"}).status_code == 200
+        url = str(client.base_url).rstrip("/") + "/tokenize"
+        for context in (_tls_context(pki), _tls_context(pki, (pki.other_client_cert, pki.other_client_key))):
+            with pytest.raises(httpx.TransportError):
+                httpx.post(url, json={"prompt": "hi"}, verify=context, timeout=10).raise_for_status()
+
+
+@pytest.mark.parametrize("case", ["missing-key", "unreadable-cert", "key-not-cert", "mtls-without-ca",
+                                  "only-cert", "bad-ciphers"])
+def test_bad_tls_flags_stop_start_up_with_one_line(tmp_path, capsys, case):
+    from certs import make_pki
+
+    pki = make_pki(tmp_path)
+    cert, key = ["--ssl-certfile", str(pki.server_cert)], ["--ssl-keyfile", str(pki.server_key)]
+    argv, expected = {
+        "missing-key": (cert + ["--ssl-keyfile", str(tmp_path / "nope.key")], "--ssl-keyfile"),
+        "unreadable-cert": (["--ssl-certfile", str(tmp_path)] + key, "--ssl-certfile"),
+        "key-not-cert": (["--ssl-certfile", str(pki.client_cert)] + key, "not a certificate and its key"),
+        "mtls-without-ca": (cert + key + ["--ssl-cert-reqs", "2"], "--ssl-ca-certs"),
+        "only-cert": (cert, "both --ssl-certfile and --ssl-keyfile"),
+        "bad-ciphers": (cert + key + ["--ssl-ciphers", "NOT-A-CIPHER"], "--ssl-ciphers"),
+    }[case]
+    err = _fails_fast([*argv, "--port", str(free_port())], capsys)
+    assert expected in err and err.count("\n") == 1
