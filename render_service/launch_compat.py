@@ -105,6 +105,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     tls.add_argument("--ssl-cert-reqs", type=int, choices=(0, 1, 2), default=0,
                      help="client certificates: 0 not asked, 1 optional, 2 required (mTLS; Python's ssl.CERT_*)")
     tls.add_argument("--ssl-ciphers", default=None, help="OpenSSL cipher list (TLS 1.2 and below)")
+    g.add_argument("--lora-modules", nargs="+", action=LoraModulesAction, default=None,
+                   help="LoRA adapter names served as models: name=path, or JSON "
+                        '{"name": N, "path": P, "base_model_name": B} (several, or a JSON list); the base model\'s '
+                        "tokenizer and template render them, and `model` passes through to the engine")
     g.add_argument("--config", default=None, help="a YAML file of flags (read before the command line, as vLLM)")
     known = set(p._option_string_actions)
     noop = p.add_argument_group("vllm launch render flags accepted without effect on a CPU render tier")
@@ -131,6 +135,35 @@ class _Given(argparse.Action):
         if self.nargs == 0:
             values = not _negative(option_string, self.option_strings[0])
         setattr(namespace, self.dest, (option_string, values))
+
+
+class LoraModulesAction(argparse.Action):
+    """``--lora-modules`` as vLLM 0.33's `LoRAParserAction` reads it: each value ``name=path``
+    (when it has ``=`` and no ``,``), else a JSON object ``{"name", "path", "base_model_name"?,
+    "is_3d_lora_weight"?}`` (vLLM's `LoRAModulePath`; a JSON list is refused there too, whatever
+    its help says). Stores a list of ``{"name", "path", "base_model_name"}`` dicts. A malformed
+    value is argparse's error (exit 2)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        modules = []
+        for item in values or []:
+            if not item:
+                continue
+            if "=" in item and "," not in item:
+                name, _, path = item.partition("=")
+                modules.append({"name": name, "path": path, "base_model_name": None})
+                continue
+            try:
+                entry = json.loads(item)
+            except ValueError:
+                parser.error(f"Invalid JSON format for --lora-modules: {item}")
+            fields = {"name", "path", "base_model_name", "is_3d_lora_weight"}
+            if not isinstance(entry, dict) or set(entry) - fields or not {"name", "path"} <= set(entry):
+                parser.error(f"Invalid fields for --lora-modules: {item} (a JSON object with name, path and "
+                             "optionally base_model_name)")
+            modules.append({"name": entry["name"], "path": entry["path"],
+                            "base_model_name": entry.get("base_model_name")})
+        setattr(namespace, self.dest, modules)
 
 
 class _AlwaysOn(argparse.Action):
@@ -385,6 +418,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "ssl_ca_certs": args.ssl_ca_certs,
         "ssl_cert_reqs": args.ssl_cert_reqs,
         "ssl_ciphers": args.ssl_ciphers,
+        "lora_modules": tuple(args.lora_modules or ()),
     }
 
 
@@ -494,6 +528,53 @@ def tls_options(config) -> dict:
     return options
 
 
+_VOCABULARY_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.read_bytes() == b.read_bytes():
+        return True
+    try:
+        return json.loads(a.read_text()) == json.loads(b.read_text())
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
+def check_lora_modules(config) -> None:
+    """Each ``--lora-modules`` entry names a readable adapter directory (its
+    ``adapter_config.json``, as vLLM loads it at start-up) under a name no other model has.
+    Adapters render with the base model's tokenizer and template (vLLM 0.33 has no per-adapter
+    tokenizer either); an adapter that ships vocabulary files must ship the base model's own
+    (a copy, as PEFT saves them), since one with another vocabulary needs its own render-service.
+
+    Raises:
+        StartupCheckError: the first bad entry, named.
+    """
+    names = set(config.served_model_name) or {config.model}
+    base = Path(config.tokenizer or config.model or "")
+    for module in config.lora_modules:
+        name, path = module["name"], module["path"]
+        where = f"--lora-modules {name}={path}"
+        if not name or not path:
+            raise StartupCheckError(f"{where}: an adapter needs a name and a path")
+        if name in names:
+            raise StartupCheckError(f"{where}: {name!r} is already a served model name")
+        names.add(name)
+        try:
+            json.loads((Path(path) / "adapter_config.json").read_text())
+        except OSError as exc:
+            raise StartupCheckError(f"{where}: cannot read {path}/adapter_config.json ({exc.strerror or exc})") from None
+        except ValueError:
+            raise StartupCheckError(f"{where}: {path}/adapter_config.json is not JSON") from None
+        for file in _VOCABULARY_FILES:
+            own = Path(path) / file
+            if own.is_file() and not (base.is_dir() and (base / file).is_file() and _same_file(own, base / file)):
+                raise StartupCheckError(
+                    f"{where}: the adapter ships its own tokenizer ({file}, not the base model's); this server "
+                    f"renders adapters with the base model's, so serve this one with its own render-service "
+                    f"(--model {path})")
+
+
 def check_port(host: str, port: int) -> None:
     """Raises `StartupCheckError` when ``host:port`` cannot be bound (another server holds it);
     an empty ``host`` is every interface."""
@@ -525,6 +606,7 @@ def preflight(args: argparse.Namespace, config) -> None:
     if refused:
         raise StartupCheckError("; ".join(refused))
     check_tls(config)
+    check_lora_modules(config)
     check_port(config.host, config.port)
     ignored = ignored_flags(args)
     if ignored:

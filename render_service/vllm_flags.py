@@ -466,5 +466,4 @@ NOT_SERVED: dict[str, tuple[str, tuple]] = {
     "--structured-outputs-config": ("structured_outputs are passed on as the request gives them", ()),
     "--shutdown-timeout": ("use --graceful-shutdown-timeout", ("0",)),
     "--otlp-traces-endpoint": ("traces are not exported", ()),
-    "--lora-modules": ("LoRA adapter names are not served as models", ()),
 }

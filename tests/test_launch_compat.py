@@ -466,3 +466,76 @@ def test_bad_tls_flags_stop_start_up_with_one_line(tmp_path, capsys, case):
     }[case]
     err = _fails_fast([*argv, "--port", str(free_port())], capsys)
     assert expected in err and err.count("\n") == 1
+
+
+# --- --lora-modules: adapter names served as models (issue 26) ---
+
+def _adapter(folder: Path, name: str, **files: str) -> Path:
+    path = folder / name
+    path.mkdir()
+    (path / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 8}))
+    for file, text in files.items():
+        (path / file).write_text(text)
+    return path
+
+
+def test_lora_modules_in_every_form_vllm_reads(tmp_path, monkeypatch):
+    a, b, c = (_adapter(tmp_path, n) for n in "abc")
+    config, _ = _config(["m", "--served-model-name", "base", "--lora-modules", f"sql={a}",
+                         json.dumps({"name": "chat", "path": str(b), "base_model_name": "base"}),
+                         json.dumps({"name": "x", "path": str(c), "is_3d_lora_weight": True}), ""], monkeypatch)
+    assert [(m["name"], m["path"], m["base_model_name"]) for m in config.lora_modules] == [
+        ("sql", str(a), None), ("chat", str(b), "base"), ("x", str(c), None)]
+
+
+@pytest.mark.parametrize("value", ['{"name": "x"}', '{"name": "x", "path": "p", "rank": 8}', "{not json",
+                                   '[{"name": "x", "path": "p"}]'])  # a list: vLLM 0.33 refuses it too
+def test_malformed_lora_modules_are_argparse_errors(value, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["serve", "m", "--lora-modules", value])
+    assert exit_.value.code == 2 and "--lora-modules" in capsys.readouterr().err
+
+
+def test_lora_names_render_as_the_base_model_and_are_listed(tmp_path, monkeypatch):
+    from starlette.testclient import TestClient
+
+    from render_service.server import build_app
+
+    sql = _adapter(tmp_path, "sql-lora")
+    config, _ = _config(["--served-model-name", "base", "--lora-modules", f"sql={sql}",
+                         json.dumps({"name": "other", "path": str(sql), "base_model_name": "base-alias"})], monkeypatch)
+    app, _, _ = build_app(config)
+    with TestClient(app) as client:
+        base = client.post("/v1/chat/completions/render", json={**CHAT, "model": "base"}).json()
+        lora = client.post("/v1/chat/completions/render", json={**CHAT, "model": "sql"}).json()
+        cmpl = client.post("/v1/completions/render", json={"prompt": "hi", "model": "sql"}).json()
+        tokenized = client.post("/tokenize", json={"prompt": "hi", "model": "other"})
+        unknown = client.post("/v1/chat/completions/render", json={**CHAT, "model": "nope"})
+        models = client.get("/v1/models").json()["data"]
+    assert lora["token_ids"] == base["token_ids"] and lora["model"] == "sql"  # the engine picks the adapter by name
+    assert lora["sampling_params"] == base["sampling_params"]
+    assert cmpl[0]["model"] == "sql" and tokenized.status_code == 200
+    assert unknown.status_code == 404
+    assert [(m["id"], m["parent"], m["root"]) for m in models] == [
+        ("base", None, models[0]["root"]), ("sql", "base", str(sql)), ("other", "base-alias", str(sql))]
+    assert models[1]["max_model_len"] is None and models[1]["object"] == "model"
+
+
+@needs_shared
+def test_an_adapter_may_ship_a_copy_of_the_base_tokenizer(tmp_path):
+    from render_service import launch_compat
+    from render_service.config import ServeConfig
+
+    copy = _adapter(tmp_path, "copy", **{"tokenizer.json": (MODELS / "qwen3" / "tokenizer.json").read_text()})
+    launch_compat.check_lora_modules(ServeConfig(model=str(MODELS / "qwen3"), lora_modules=(
+        {"name": "x", "path": str(copy), "base_model_name": None},)))
+
+
+@pytest.mark.parametrize("case", ["missing", "own-tokenizer", "name-taken"])
+def test_bad_lora_modules_stop_start_up(tmp_path, capsys, case):
+    own = _adapter(tmp_path, "own", **{"tokenizer.json": '{"model": {"vocab": {"a": 0}}}'})
+    value = {"missing": f"x={tmp_path / 'nope'}", "own-tokenizer": f"x={own}",
+             "name-taken": f"base={_adapter(tmp_path, 'ok')}"}[case]
+    err = _fails_fast(["--served-model-name", "base", "--lora-modules", value, "--port", str(free_port())], capsys)
+    assert "--lora-modules" in err and {"missing": "adapter_config.json", "own-tokenizer": "its own tokenizer",
+                                        "name-taken": "already a served model name"}[case] in err
