@@ -76,6 +76,10 @@ def render_messages(bundle: ModelBundle, config: ServeConfig, req: AnthropicMess
         raise in_messages_terms(err, req, merges_inline_system(source)) from None
     if budget is not None:
         gen["sampling_params"]["thinking_token_budget"] = budget
+    if req.tools is None and req.tool_choice is None and gen.get("parse_context") is not None:
+        # vLLM 0.33 builds the chat request of a Messages body without the OpenAI default
+        # (tool_choice "none" when there are no tools): its parse_context says null
+        gen["parse_context"]["tool_choice"] = None
     return gen
 
 
