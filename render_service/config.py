@@ -73,4 +73,5 @@ class ServeConfig:
     ssl_ca_certs: str | None = None                # CA bundle client certificates must chain to
     ssl_cert_reqs: int = 0                         # ssl.CERT_NONE / CERT_OPTIONAL / CERT_REQUIRED
     ssl_ciphers: str | None = None
+    otlp_traces_endpoint: str | None = None        # OTLP/HTTP collector for per-request traces (tracing.py)
     lora_modules: tuple[dict, ...] = ()            # {"name", "path", "base_model_name"}: names served as models

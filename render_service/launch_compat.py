@@ -109,6 +109,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="LoRA adapter names served as models: name=path, or JSON "
                         '{"name": N, "path": P, "base_model_name": B} (several, or a JSON list); the base model\'s '
                         "tokenizer and template render them, and `model` passes through to the engine")
+    g.add_argument("--otlp-traces-endpoint", default=None,
+                   help="export an OpenTelemetry trace per request (OTLP/HTTP protobuf, e.g. http://collector:4318; "
+                        "continues the caller's traceparent); needs pip install 'render-service[otel]'")
     g.add_argument("--config", default=None, help="a YAML file of flags (read before the command line, as vLLM)")
     known = set(p._option_string_actions)
     noop = p.add_argument_group("vllm launch render flags accepted without effect on a CPU render tier")
@@ -419,6 +422,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "ssl_cert_reqs": args.ssl_cert_reqs,
         "ssl_ciphers": args.ssl_ciphers,
         "lora_modules": tuple(args.lora_modules or ()),
+        "otlp_traces_endpoint": args.otlp_traces_endpoint,
     }
 
 
@@ -607,6 +611,12 @@ def preflight(args: argparse.Namespace, config) -> None:
         raise StartupCheckError("; ".join(refused))
     check_tls(config)
     check_lora_modules(config)
+    from . import tracing
+
+    try:
+        tracing.setup(config.otlp_traces_endpoint)
+    except tracing.TracingUnavailable as exc:
+        raise StartupCheckError(str(exc)) from None
     check_port(config.host, config.port)
     ignored = ignored_flags(args)
     if ignored:

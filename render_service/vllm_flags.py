@@ -465,5 +465,4 @@ NOT_SERVED: dict[str, tuple[str, tuple]] = {
     "--reasoning-config": ("thinking_token_budget is passed as sent", ()),
     "--structured-outputs-config": ("structured_outputs are passed on as the request gives them", ()),
     "--shutdown-timeout": ("use --graceful-shutdown-timeout", ("0",)),
-    "--otlp-traces-endpoint": ("traces are not exported", ()),
 }

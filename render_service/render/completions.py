@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import tracing
 from ..config import ServeConfig
 from ..errors import bad_request, check_token_ids
 from ..model import ModelBundle
@@ -45,7 +46,8 @@ def render_completion(
     for i, prompt in enumerate(prompts):
         if isinstance(prompt, str):
             prompt = check_prompt_chars(bundle, prompt, req.truncate_prompt_tokens, req.truncation_side)
-            token_ids = encode_truncated(bundle, prompt, req)
+            with tracing.span("tokenize"):
+                token_ids = encode_truncated(bundle, prompt, req)
         else:
             check_token_ids(prompt, vocab, "prompt")
             token_ids = truncate(list(prompt), req.truncate_prompt_tokens, bundle.max_model_len, req.truncation_side)
