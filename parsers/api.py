@@ -298,12 +298,16 @@ def prompt_ends_reasoning(reasoning: str | None, prompt_text: str,
     thinking out — a closed think block in the last turn, or thinking turned off by a
     template kwarg. An open block, or none where the model may write its own opening tag,
     is False, so an output constraint waits until the model's reasoning ends. Harmony
-    (gpt-oss) always may reason first: False. No reasoning parser: False.
+    (gpt-oss): True, as vLLM 0.33 (its `GptOssReasoningParser.is_reasoning_end` is always true,
+    and its engine applies a gpt-oss grammar from the first token whatever render says, since it
+    asks that parser itself when the field is null). No reasoning parser: False.
     """
     if not reasoning:
         return False
     fmt = registry.reasoning_format(reasoning)
-    if fmt in (registry.HARMONY, registry.RESPONSE_TEMPLATE, registry.MUSE):
+    if fmt == registry.HARMONY:
+        return True
+    if fmt in (registry.RESPONSE_TEMPLATE, registry.MUSE):
         return False
     return rules_out_reasoning(fmt, prompt_text, chat_template_kwargs or {})
 

@@ -91,3 +91,75 @@ def test_llm_d_token_producer_points_at_the_service():
     svc = OBJECTS["Service"]
     assert url.hostname.split(".")[0] == svc["metadata"]["name"]
     assert url.port == svc["spec"]["ports"][0]["port"]
+
+
+def _serve_config():
+    """The `ServeConfig` the Deployment's container runs with."""
+    import argparse
+
+    from render_service.serve.cli import add_serve_parser, build_config
+
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_serve_parser(parser.add_subparsers())
+    container = OBJECTS["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    return build_config(parser.parse_args(["serve", "--host", "0.0.0.0", "--port", "8000", *container["args"]])), container
+
+
+def test_the_pod_serves_the_model_llm_d_routes():
+    """The Deployment serves a real model (not the embedded SmolLM2 default) under the name the
+    llm-d example routes on."""
+    config, _ = _serve_config()
+    producer = next(p for p in yaml.safe_load((DEPLOY / "llm-d" / "endpoint-picker-config.yaml").read_text())["plugins"]
+                    if p["type"] == "token-producer")
+    assert config.model, "the Deployment must pass --model"
+    served = (config.served_model_name or (config.model,))[0]
+    assert served == producer["parameters"]["modelName"]
+
+
+def test_the_model_has_somewhere_to_come_from():
+    """A hub id needs a writable cache on a mounted volume (the root filesystem is read-only);
+    a directory must be on a mounted volume."""
+    import os
+
+    _, container = _serve_config()
+    args = dict(a.lstrip("-").split("=", 1) for a in container["args"] if "=" in a)
+    mounts = [m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")]
+    volumes = {v["name"]: v for v in OBJECTS["Deployment"]["spec"]["template"]["spec"]["volumes"]}
+    assert container["securityContext"]["readOnlyRootFilesystem"]
+    model = args["model"]
+    if model.startswith("/"):
+        path = model
+    else:
+        assert "download-dir" in args, "a hub id needs --download-dir on a writable volume"
+        path = args["download-dir"]
+        home = next(e["value"] for e in container["env"] if e["name"] == "HF_HOME")
+        assert any(home == m or home.startswith(m + "/") for m in mounts)
+    mount = next((m for m in mounts if path == m or path.startswith(m + "/")), None)
+    assert mount, f"{path} is on no mounted volume"
+    name = next(m["name"] for m in container["volumeMounts"] if m["mountPath"] == mount)
+    assert name in volumes and os.path.normpath(path).startswith(mount)
+
+
+def _gib(quantity: str) -> float:
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "K": 1e3, "M": 1e6, "G": 1e9}
+    for suffix, scale in units.items():
+        if quantity.endswith(suffix):
+            return float(quantity[:-len(suffix)]) * scale / 2**30
+    return float(quantity) / 2**30
+
+
+WORKER_BASELINE_GIB = 1.0  # one worker's tokenizer, template and runtime (deploy/README.md)
+
+
+def test_the_memory_limit_fits_the_workers_and_their_media_cache():
+    config, container = _serve_config()
+    limit = _gib(container["resources"]["limits"]["memory"])
+    assert limit >= config.workers * (config.mm_processor_cache_gb + WORKER_BASELINE_GIB)
+    assert _gib(container["resources"]["requests"]["memory"]) <= limit
+
+
+def test_the_memory_check_can_fail():
+    """The sum above with the defaults (4 GiB media cache per worker) does not fit 4 GiB."""
+    from render_service.serve.config import ServeConfig
+
+    assert 4 < 2 * (ServeConfig().mm_processor_cache_gb + WORKER_BASELINE_GIB)

@@ -30,7 +30,9 @@ VLLM_FLAGS = json.loads(RECORDED.read_text()) if RECORDED.exists() else []
 # Values for flags whose type we check (ours or vLLM's choices); everything else gets "4096".
 SAMPLES = {"--default-chat-template-kwargs": "{}", "--override-generation-config": "{}",
            "--reasoning-effort-map": "{}", "--limit-mm-per-prompt": "{}", "--port": "8000",
-           "--generation-config": "auto", "--max-model-len": "4096"}
+           "--generation-config": "auto", "--max-model-len": "4096", "--lora-modules": "sql=/adapters/sql",
+           "--ssl-cert-reqs": "2", "--allowed-origins": '["*"]', "--allowed-methods": '["GET"]',
+           "--allowed-headers": '["*"]'}
 
 
 def _serve_parser() -> argparse.ArgumentParser:
@@ -154,12 +156,13 @@ def test_missing_plugin_fails(tmp_path, fails_fast):
 
 
 @contextlib.contextmanager
-def _serve(*argv: str):
-    """`render-service serve ARGV` as a subprocess on a free port; yields (client, stderr lines so far)."""
+def _serve(*argv: str, scheme: str = "http", **client_options):
+    """`render-service serve ARGV` as a subprocess on a free port; yields (client, process).
+    ``client_options`` go to the `httpx.Client` (TLS: ``verify``, ``cert``)."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "render_service.serve.cli", "serve", *argv, "--host", "127.0.0.1",
                              "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+    client = httpx.Client(base_url=f"{scheme}://127.0.0.1:{port}", timeout=30, **client_options)
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -299,10 +302,249 @@ def test_dotted_json_flags(monkeypatch):
     assert config.default_chat_template_kwargs["enable_thinking"] is False
     assert config.override_generation_config == {"temperature": 0.5}
     assert launch_compat.ignored_flags(args) == ["--compilation-config"]
-    assert json.loads(args.vllm_noop__compilation_config) == {"level": 3, "pass_config": {"fuse_norm": True}}
+    assert json.loads(args.vllm_noop__compilation_config[1]) == {"level": 3, "pass_config": {"fuse_norm": True}}
     assert config.media_fetch_timeout == -1.5
 
 
 def test_positional_model_wins_over_model_flag(monkeypatch):
     assert _config(["--model", "A", "B"], monkeypatch)[0].model == "B"
     assert _config(["--model", "A"], monkeypatch)[0].model == "A"
+
+
+# --- the rule: every vLLM flag is honoured, has no meaning here, or is refused at start-up ---
+
+def _kind(parser: argparse.ArgumentParser, option: str) -> str:
+    dest = parser._subparsers._group_actions[0].choices["serve"]._option_string_actions[option].dest
+    return "no-meaning" if dest.startswith("vllm_noop__") else "refused" if dest.startswith("vllm_refused__") else "honoured"
+
+
+def test_every_vllm_flag_is_honoured_meaningless_here_or_refused():
+    """The README's rule over the whole table: a flag we parse but do not honour is either one
+    with no meaning on a CPU render tier (listed, with what it configures) or one refused at
+    start-up (listed, with why); never both, never neither."""
+    from render_service.serve.vllm_flags import NO_MEANING_HERE, NOT_SERVED
+
+    parser = _serve_parser()
+    firsts = {options[0] for options, _ in VLLM_LAUNCH_RENDER_OPTIONS}
+    assert not set(NO_MEANING_HERE) & set(NOT_SERVED)
+    assert set(NO_MEANING_HERE) <= firsts and set(NOT_SERVED) <= firsts, "entries for flags vLLM does not have"
+    for options, _ in VLLM_LAUNCH_RENDER_OPTIONS:
+        kind = _kind(parser, options[0])
+        listed = ("no-meaning" if options[0] in NO_MEANING_HERE else "refused" if options[0] in NOT_SERVED
+                  else "honoured")
+        assert kind == listed, f"{options[0]} is {kind} but listed as {listed}"
+
+
+def _not_served_argv(flag: dict) -> list[str]:
+    from render_service.serve.vllm_flags import NOT_SERVED
+
+    accepted = NOT_SERVED[flag["options"][0]][1]
+    if not flag["takes_value"]:
+        return [flag["options"][0] if True not in accepted else flag["options"][-1]]
+    return [flag["options"][0], "not-what-we-serve"]
+
+
+@pytest.mark.parametrize("flag", [f for f in VLLM_FLAGS if f["options"][0] in __import__(
+    "render_service.serve.vllm_flags", fromlist=["NOT_SERVED"]).NOT_SERVED], ids=lambda f: f["options"][0])
+def test_a_flag_we_do_not_serve_is_refused_with_one_line(flag):
+    from render_service import launch_compat
+
+    argv = _not_served_argv(flag)
+    lines = launch_compat.refused_flags(_serve_parser().parse_args(["serve", "m", *argv]))
+    assert len(lines) == 1 and lines[0].startswith(argv[0]) and "not served by render-service (" in lines[0]
+
+
+def test_refused_flags_accept_the_value_we_serve():
+    """vLLM's default (or the spelling that asks for what we do) is not refused: a command line
+    that spells the defaults out still starts."""
+    from render_service import launch_compat
+
+    argv = ["serve", "m", "--no-trust-request-mm-kwargs", "--response-role", "assistant", "--runner", "generate",
+            "--enable-log-deltas", "--hf-overrides", "{}", "--ssl-cert-reqs", "0", "--disable-fastapi-docs",
+            "--shutdown-timeout", "0.0", "--h11-max-header-count", "256"]
+    assert launch_compat.refused_flags(_serve_parser().parse_args(argv)) == []
+    refused = launch_compat.refused_flags(_serve_parser().parse_args(["serve", "m", "--enable-fastapi-docs",
+                                                                      "--disable-log-deltas"]))
+    assert [line.split(":")[0] for line in refused] == ["--enable-fastapi-docs", "--disable-log-deltas"]
+
+
+def test_refused_flag_stops_start_up_before_the_model_loads(capsys):
+    err = _fails_fast(["--grpc", "--port", str(free_port())], capsys)
+    assert "--grpc: not served by render-service (render-service serves HTTP only)" in err
+
+
+def test_every_honoured_vllm_flag_is_in_the_readme():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    parser = _serve_parser()
+    missing = [o[0] for o, _ in VLLM_LAUNCH_RENDER_OPTIONS
+               if _kind(parser, o[0]) == "honoured" and f"`{o[0]}" not in readme]
+    assert not missing, f"honoured vLLM flags the README does not name: {missing}"
+
+
+def test_cors_flags_are_served(monkeypatch):
+    from starlette.testclient import TestClient
+
+    from render_service.serve.server import build_app
+
+    config, _ = _config(["--allowed-origins", '["https://app.example"]', "--allow-credentials"], monkeypatch)
+    app, _, _ = build_app(config)
+    with TestClient(app) as client:
+        ok = client.options("/v1/models", headers={"Origin": "https://app.example",
+                                                   "Access-Control-Request-Method": "GET"})
+        other = client.get("/v1/models", headers={"Origin": "https://evil.example"})
+    assert ok.headers["access-control-allow-origin"] == "https://app.example"
+    assert ok.headers["access-control-allow-credentials"] == "true"
+    assert "access-control-allow-origin" not in other.headers
+
+def test_anthropic_disabled_thinking_effort_names_the_effort(monkeypatch):
+    from render_service.model import load_model
+    from render_service.render.anthropic import disabled_thinking_effort
+
+    config, _ = _config(["--anthropic-disabled-thinking-effort", "medium"], monkeypatch)
+    assert disabled_thinking_effort(load_model(None), config) == "medium"
+
+
+def test_hub_flags_reach_the_hub_client(monkeypatch, tmp_path):
+    from render_service import launch_compat
+
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    _, args = _config(["org/model", "--download-dir", str(tmp_path), "--hf-token", "hf_x"], monkeypatch)
+    launch_compat.apply_environment(args)
+    import os
+
+    assert os.environ["HF_HUB_CACHE"] == str(tmp_path) and os.environ["HF_TOKEN"] == "hf_x"
+    _, args = _config(["org/model", "--hf-token"], monkeypatch)  # no value: the stored login, as vLLM
+    assert args.hf_token is True
+
+
+
+# --- TLS and mTLS (issue 26) ---
+
+def _tls_context(pki, cert=None):
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    if cert:
+        context.load_cert_chain(*map(str, cert))
+    return context
+
+
+def test_tls_is_served_and_plain_http_is_refused(tmp_path):
+    from certs import make_pki
+
+    pki = make_pki(tmp_path)
+    with _serve("--ssl-certfile", str(pki.server_cert), "--ssl-keyfile", str(pki.server_key),
+                scheme="https", verify=_tls_context(pki)) as (client, _):
+        assert client.get("/v1/models").status_code == 200
+        url = str(client.base_url).rstrip("/") + "/v1/models"
+        with pytest.raises(httpx.TransportError):
+            httpx.get(url.replace("https://", "http://"), timeout=10)
+        with pytest.raises(httpx.ConnectError):  # a client that does not trust the CA
+            httpx.get(url, timeout=10)
+
+
+def test_mtls_requires_a_client_certificate_from_the_ca(tmp_path):
+    from certs import make_pki
+
+    pki = make_pki(tmp_path)
+    server = ("--ssl-certfile", str(pki.server_cert), "--ssl-keyfile", str(pki.server_key),
+              "--ssl-ca-certs", str(pki.ca), "--ssl-cert-reqs", "2")
+    with _serve(*server, scheme="https", verify=_tls_context(pki, (pki.client_cert, pki.client_key))) as (client, _):
+        assert client.post("/tokenize", json={"prompt": "hi"}).status_code == 200
+        url = str(client.base_url).rstrip("/") + "/tokenize"
+        for context in (_tls_context(pki), _tls_context(pki, (pki.other_client_cert, pki.other_client_key))):
+            with pytest.raises(httpx.TransportError):
+                httpx.post(url, json={"prompt": "hi"}, verify=context, timeout=10).raise_for_status()
+
+
+@pytest.mark.parametrize("case", ["missing-key", "unreadable-cert", "key-not-cert", "mtls-without-ca",
+                                  "only-cert", "bad-ciphers"])
+def test_bad_tls_flags_stop_start_up_with_one_line(tmp_path, capsys, case):
+    from certs import make_pki
+
+    pki = make_pki(tmp_path)
+    cert, key = ["--ssl-certfile", str(pki.server_cert)], ["--ssl-keyfile", str(pki.server_key)]
+    argv, expected = {
+        "missing-key": (cert + ["--ssl-keyfile", str(tmp_path / "nope.key")], "--ssl-keyfile"),
+        "unreadable-cert": (["--ssl-certfile", str(tmp_path)] + key, "--ssl-certfile"),
+        "key-not-cert": (["--ssl-certfile", str(pki.client_cert)] + key, "not a certificate and its key"),
+        "mtls-without-ca": (cert + key + ["--ssl-cert-reqs", "2"], "--ssl-ca-certs"),
+        "only-cert": (cert, "both --ssl-certfile and --ssl-keyfile"),
+        "bad-ciphers": (cert + key + ["--ssl-ciphers", "NOT-A-CIPHER"], "--ssl-ciphers"),
+    }[case]
+    err = _fails_fast([*argv, "--port", str(free_port())], capsys)
+    assert expected in err and err.count("\n") == 1
+
+
+# --- --lora-modules: adapter names served as models (issue 26) ---
+
+def _adapter(folder: Path, name: str, **files: str) -> Path:
+    path = folder / name
+    path.mkdir()
+    (path / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 8}))
+    for file, text in files.items():
+        (path / file).write_text(text)
+    return path
+
+
+def test_lora_modules_in_every_form_vllm_reads(tmp_path, monkeypatch):
+    a, b, c = (_adapter(tmp_path, n) for n in "abc")
+    config, _ = _config(["m", "--served-model-name", "base", "--lora-modules", f"sql={a}",
+                         json.dumps({"name": "chat", "path": str(b), "base_model_name": "base"}),
+                         json.dumps({"name": "x", "path": str(c), "is_3d_lora_weight": True}), ""], monkeypatch)
+    assert [(m["name"], m["path"], m["base_model_name"]) for m in config.lora_modules] == [
+        ("sql", str(a), None), ("chat", str(b), "base"), ("x", str(c), None)]
+
+
+@pytest.mark.parametrize("value", ['{"name": "x"}', '{"name": "x", "path": "p", "rank": 8}', "{not json",
+                                   '[{"name": "x", "path": "p"}]'])  # a list: vLLM 0.33 refuses it too
+def test_malformed_lora_modules_are_argparse_errors(value, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["serve", "m", "--lora-modules", value])
+    assert exit_.value.code == 2 and "--lora-modules" in capsys.readouterr().err
+
+
+def test_lora_names_render_as_the_base_model_and_are_listed(tmp_path, monkeypatch):
+    from starlette.testclient import TestClient
+
+    from render_service.serve.server import build_app
+
+    sql = _adapter(tmp_path, "sql-lora")
+    config, _ = _config(["--served-model-name", "base", "--lora-modules", f"sql={sql}",
+                         json.dumps({"name": "other", "path": str(sql), "base_model_name": "base-alias"})], monkeypatch)
+    app, _, _ = build_app(config)
+    with TestClient(app) as client:
+        base = client.post("/v1/chat/completions/render", json={**CHAT, "model": "base"}).json()
+        lora = client.post("/v1/chat/completions/render", json={**CHAT, "model": "sql"}).json()
+        cmpl = client.post("/v1/completions/render", json={"prompt": "hi", "model": "sql"}).json()
+        tokenized = client.post("/tokenize", json={"prompt": "hi", "model": "other"})
+        unknown = client.post("/v1/chat/completions/render", json={**CHAT, "model": "nope"})
+        models = client.get("/v1/models").json()["data"]
+    assert lora["token_ids"] == base["token_ids"] and lora["model"] == "sql"  # the engine picks the adapter by name
+    assert lora["sampling_params"] == base["sampling_params"]
+    assert cmpl[0]["model"] == "sql" and tokenized.status_code == 200
+    assert unknown.status_code == 404
+    assert [(m["id"], m["parent"], m["root"]) for m in models] == [
+        ("base", None, models[0]["root"]), ("sql", "base", str(sql)), ("other", "base-alias", str(sql))]
+    assert models[1]["max_model_len"] is None and models[1]["object"] == "model"
+
+
+@needs_shared
+def test_an_adapter_may_ship_a_copy_of_the_base_tokenizer(tmp_path):
+    from render_service import launch_compat
+    from render_service.serve.config import ServeConfig
+
+    copy = _adapter(tmp_path, "copy", **{"tokenizer.json": (MODELS / "qwen3" / "tokenizer.json").read_text()})
+    launch_compat.check_lora_modules(ServeConfig(model=str(MODELS / "qwen3"), lora_modules=(
+        {"name": "x", "path": str(copy), "base_model_name": None},)))
+
+
+@pytest.mark.parametrize("case", ["missing", "own-tokenizer", "name-taken"])
+def test_bad_lora_modules_stop_start_up(tmp_path, capsys, case):
+    own = _adapter(tmp_path, "own", **{"tokenizer.json": '{"model": {"vocab": {"a": 0}}}'})
+    value = {"missing": f"x={tmp_path / 'nope'}", "own-tokenizer": f"x={own}",
+             "name-taken": f"base={_adapter(tmp_path, 'ok')}"}[case]
+    err = _fails_fast(["--served-model-name", "base", "--lora-modules", value, "--port", str(free_port())], capsys)
+    assert "--lora-modules" in err and {"missing": "adapter_config.json", "own-tokenizer": "its own tokenizer",
+                                        "name-taken": "already a served model name"}[case] in err

@@ -277,7 +277,7 @@ def test_prompt_ends_reasoning_only_when_the_prompt_rules_thinking_out():
     assert prompt_ends_reasoning("qwen3", bare, {}) is False                # the model may open <think> itself
     assert prompt_ends_reasoning("qwen3", bare, {"enable_thinking": False}) is True
     assert prompt_ends_reasoning("deepseek_v3", bare, {}) is True           # thinking flag off: no reasoning
-    assert prompt_ends_reasoning("openai_gptoss", bare, {}) is False
+    assert prompt_ends_reasoning("openai_gptoss", bare, {}) is True         # vLLM 0.33's gpt-oss rule
     assert prompt_ends_reasoning(None, closed_tail, {}) is False
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import tracing
 from ..serve.config import ServeConfig
 from ..errors import OpenAIError, bad_request, check_token_ids
 from ..model import ModelBundle
@@ -31,7 +32,9 @@ def render_completion(
     refuse_beam_search(req)
     if req.echo:
         raise bad_request("echo is not supported by the render tier (the engine never sees prompt text).", "echo")
-    check_logprobs(config, {"logprobs": req.logprobs})
+    check_logprobs(config, {"logprobs": req.logprobs, "prompt_logprobs": req.prompt_logprobs})
+    if req.prompt == "":  # vLLM 0.33 refuses it even where the tokenizer would add a BOS (an empty batch item passes)
+        raise bad_request("Either prompt or prompt_embeds must be provided and non-empty.", "prompt")
     prompts = req.prompts()
     try:
         check_batch(prompts, config.max_batch_prompts, config.max_batch_prompt_length)
@@ -44,16 +47,16 @@ def render_completion(
     for i, prompt in enumerate(prompts):
         if isinstance(prompt, str):
             prompt = check_prompt_chars(bundle, prompt, req.truncate_prompt_tokens, req.truncation_side)
-            token_ids = bundle.tokenizer.encode(prompt, add_special_tokens=req.add_special_tokens)
+            with tracing.span("tokenize"):
+                token_ids = encode_truncated(bundle, prompt, req)
         else:
             check_token_ids(prompt, vocab, "prompt")
-            token_ids = list(prompt)
+            token_ids = truncate(list(prompt), req.truncate_prompt_tokens, bundle.max_model_len, req.truncation_side)
         if not token_ids:
             raise bad_request("The prompt is empty after tokenization.", "prompt")
-        token_ids = truncate(token_ids, req.truncate_prompt_tokens, bundle.max_model_len, req.truncation_side)
         max_tokens = resolve_max_tokens(bundle, len(token_ids), req.max_tokens, "max_tokens")
         check_min_tokens(req.min_tokens, max_tokens)
-        params = sampling_params(req, bundle, max_tokens, skip, req.logprobs)
+        params = sampling_params(req, bundle, max_tokens, skip, req.logprobs, req.prompt_logprobs)
         rid = f"cmpl-{request_id}" if len(prompts) == 1 else f"cmpl-{request_id}-{i}"
         out.append(
             generate_request(
@@ -62,6 +65,26 @@ def render_completion(
             )
         )
     return out
+
+
+def encode_truncated(bundle: ModelBundle, prompt: str, req: CompletionRequest) -> list[int]:
+    """A text prompt's ids, cut to ``truncate_prompt_tokens`` as the tokenizer's own truncation
+    does (vLLM 0.33 encodes with ``truncation=True, max_length=N``): the special tokens the
+    tokenizer adds (Llama's ``<|begin_of_text|>``) are kept and count towards N; only the
+    text's ids are cut, on ``truncation_side``."""
+    ids = bundle.tokenizer.encode(prompt, add_special_tokens=req.add_special_tokens)
+    if req.truncate_prompt_tokens is None:
+        return ids
+    text_ids = bundle.tokenizer.encode(prompt, add_special_tokens=False) if req.add_special_tokens else ids
+    start = next((i for i in range(len(ids) - len(text_ids) + 1) if ids[i:i + len(text_ids)] == text_ids), None)
+    if start is None or not text_ids:
+        return truncate(ids, req.truncate_prompt_tokens, bundle.max_model_len, req.truncation_side)
+    head, tail = ids[:start], ids[start + len(text_ids):]
+    keep = bundle.max_model_len - 1 if req.truncate_prompt_tokens == -1 else req.truncate_prompt_tokens
+    if keep > bundle.max_model_len:
+        return truncate(ids, keep, bundle.max_model_len)  # raises the 400
+    kept = truncate(text_ids, max(keep - len(head) - len(tail), 0), bundle.max_model_len, req.truncation_side)
+    return head + kept + tail
 
 
 DOOR = Door(

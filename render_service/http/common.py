@@ -59,8 +59,9 @@ class AppContext:
             return await asyncio.get_running_loop().run_in_executor(self.executor, call)
 
     def check_model(self, model: str | None) -> None:
-        """404 unless ``model`` is null or one of the served names (wire brief §0)."""
-        names = self.bundle.served_model_names
+        """404 unless ``model`` is null, one of the served names (wire brief §0) or a
+        ``--lora-modules`` adapter name (rendered as the base model; `model` passes through)."""
+        names = [*self.bundle.served_model_names, *(m["name"] for m in self.config.lora_modules)]
         if model is not None and model not in names:
             raise OpenAIError(
                 404, f"The model `{model}` does not exist. Valid aliases: {', '.join(names)}.", param="model"

@@ -72,21 +72,26 @@ def routes(ctx: AppContext) -> list[Route]:
     registry.register(_TokenizerCacheCollector(bundle.tokenizer))
     registry.register(ctx.admission.collector())
 
+    def card(name: str, root: str, parent: str | None, max_model_len: int | None) -> dict:
+        return {
+            "id": name, "object": "model", "created": _STARTED, "owned_by": "render-service",
+            "root": root, "parent": parent, "max_model_len": max_model_len,
+            "permission": [{
+                "id": f"modelperm-{bundle.fingerprint[:16]}", "object": "model_permission",
+                "created": _STARTED, "allow_create_engine": False, "allow_sampling": True,
+                "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
+                "allow_fine_tuning": False, "organization": "*", "group": None, "is_blocking": False,
+            }],
+        }
+
+    # vLLM's main API server (`OpenAIServingModels.show_available_models`): the base model's names,
+    # then each LoRA adapter with its path as root, its base model as parent and no max_model_len.
+    cards = [card(name, bundle.source, None, bundle.max_model_len) for name in bundle.served_model_names]
+    cards += [card(m["name"], m["path"], m["base_model_name"] or bundle.model_name, None)
+              for m in ctx.config.lora_modules]
+
     async def models(request: Request) -> JSONResponse:
-        data = [
-            {
-                "id": name, "object": "model", "created": _STARTED, "owned_by": "render-service",
-                "root": bundle.source, "parent": None, "max_model_len": bundle.max_model_len,
-                "permission": [{
-                    "id": f"modelperm-{bundle.fingerprint[:16]}", "object": "model_permission",
-                    "created": _STARTED, "allow_create_engine": False, "allow_sampling": True,
-                    "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
-                    "allow_fine_tuning": False, "organization": "*", "group": None, "is_blocking": False,
-                }],
-            }
-            for name in bundle.served_model_names
-        ]
-        return JSONResponse({"object": "list", "data": data})
+        return JSONResponse({"object": "list", "data": cards})
 
     async def health(request: Request) -> Response:
         # A wedged pool (every slot held, nothing finishing) fails liveness so the pod restarts.

@@ -7,6 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .. import tracing
 from ..policy import tool_parser_active
 from ..doors import DOORS
 from ..doors.completions import render_completion
@@ -30,29 +31,36 @@ def routes(ctx: AppContext) -> list[Route]:
     """The render routes bound to ``ctx``."""
 
     async def chat(request: Request) -> JSONResponse:
-        req = validate(ChatCompletionRequest, await read_json(request, ctx.config.max_body_bytes))
+        body = await read_json(request, ctx.config.max_body_bytes)
+        with tracing.span("parse"):
+            req = validate(ChatCompletionRequest, body)
         ctx.check_model(req.model)
         rid = _request_id(request, req.request_id)
-        media = await load_media_input(ctx.multimodal, chat_media_parts(req.messages), mm_payload(req))
+        with tracing.span("media"):
+            media = await load_media_input(ctx.multimodal, chat_media_parts(req.messages), mm_payload(req))
         out = await ctx.run_cpu(render_chat, ctx.bundle, ctx.config, req, rid, media)
         ctx.metrics.rendered(request.url.path, out)
         parser = ctx.config.tool_call_parser if tool_parser_active(ctx.config) else None
         note = unenforced(parser, req.tools, req.effective_tool_choice)
         # a forced call nothing will enforce (render.tool_constraints): say so rather than fail
         headers = {TOOL_CHOICE_UNCONSTRAINED: note} if note else None
-        if (out.get("features") or {}).get("kwargs_data"):
-            # megabytes of base64 pixels: serialize on the pool, not on the event loop
-            body = await ctx.run_cpu(orjson.dumps, out, deadline=False)
-            return Response(body, media_type="application/json", headers=headers)
-        return JSONResponse(out, headers=headers)
+        with tracing.span("serialize"):
+            if (out.get("features") or {}).get("kwargs_data"):
+                # megabytes of base64 pixels: serialize on the pool, not on the event loop
+                body = await ctx.run_cpu(orjson.dumps, out, deadline=False)
+                return Response(body, media_type="application/json", headers=headers)
+            return JSONResponse(out, headers=headers)
 
     async def completion(request: Request) -> JSONResponse:
-        req = validate(CompletionRequest, await read_json(request, ctx.config.max_body_bytes))
+        body = await read_json(request, ctx.config.max_body_bytes)
+        with tracing.span("parse"):
+            req = validate(CompletionRequest, body)
         ctx.check_model(req.model)
         rid = _request_id(request, req.request_id)
         out = await ctx.run_cpu(render_completion, ctx.bundle, ctx.config, req, rid)
         ctx.metrics.rendered(request.url.path, out)
-        return JSONResponse(out)
+        with tracing.span("serialize"):
+            return JSONResponse(out)
 
     return [
         Route(DOORS["chat"].render_path, chat, methods=["POST"]),

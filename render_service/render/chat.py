@@ -11,7 +11,7 @@ from typing import Any
 
 from parsers import api as parsers_api
 
-from .. import policy
+from .. import policy, tracing
 from ..serve.config import ServeConfig
 from ..errors import bad_request
 from ..model import ModelBundle
@@ -150,20 +150,26 @@ def _render_and_encode(
     if sanitizer is not None:
         messages, tools, documents, kwargs = (sanitizer.mark(x) for x in (messages, tools, documents, kwargs))
     try:
-        text = template.render(
-            messages,
-            tools=tools,
-            documents=documents,
-            add_generation_prompt=req.add_generation_prompt,
-            continue_final_message=req.continue_final_message,
-            **{**bundle.special_tokens, **kwargs},
-        )
+        with tracing.span("template"):
+            text = template.render(
+                messages,
+                tools=tools,
+                documents=documents,
+                add_generation_prompt=req.add_generation_prompt,
+                continue_final_message=req.continue_final_message,
+                **{**bundle.special_tokens, **kwargs},
+            )
     except TemplateRenderError as exc:
         raise bad_request(f"Chat template error: {exc}", exc.param) from None
     except TemplateError as exc:
         raise bad_request(str(exc), exc.param) from None
 
     text = check_prompt_chars(bundle, text, req.truncate_prompt_tokens, req.truncation_side)
+    with tracing.span("tokenize"):
+        return text, _encode(bundle, req, text, sanitizer)
+
+
+def _encode(bundle: ModelBundle, req: ChatCompletionRequest, text: str, sanitizer) -> list[int]:
     if sanitizer is None:
         token_ids = bundle.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
         if req.add_special_tokens:
@@ -173,7 +179,7 @@ def _render_and_encode(
             token_ids = sanitizer.encode(text)
         except ValueError as exc:
             raise bad_request(str(exc), "messages") from None
-    return text, token_ids
+    return token_ids
 
 
 def _reused_prompt_ids(bundle: ModelBundle, req: ChatCompletionRequest) -> list[int] | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..errors import bad_request
 from ..wire.generate import OUTPUT_KIND_DELTA, OUTPUT_KIND_FINAL_ONLY
 from ..wire.openai import SamplingFields, stop_list
 
@@ -21,6 +22,7 @@ _DEFAULTS = {
 }
 _GREEDY_EPS = 1e-5      # vLLM `_SAMPLING_EPS`: below it sampling is greedy
 _MIN_TEMPERATURE = 0.01  # vLLM `_MAX_TEMP`: smaller positive temperatures are raised to it
+_CONSTRAINT_KINDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 _STRUCTURED_KEYS = ("json", "regex", "choice", "grammar", "json_object", "disable_any_whitespace",
                     "disable_additional_properties", "whitespace_pattern", "structural_tag")
 
@@ -150,7 +152,12 @@ def structured_outputs_object(**fields: Any) -> dict[str, Any]:
 
 def structured_outputs_params(req: SamplingFields) -> dict | None:
     """The request's own output constraint: ``structured_outputs`` with ``response_format``
-    applied on top (wire brief §2.2), or None."""
+    applied on top (wire brief §2.2), or None.
+
+    Raises:
+        OpenAIError: 400 when that makes more than one kind of constraint (``regex`` and
+            ``json_object``…), as vLLM 0.33's `StructuredOutputsParams` refuses it.
+    """
     base = {k: v for k, v in (req.structured_outputs or {}).items() if v is not None}
     fmt = req.response_format or {}
     kind = fmt.get("type")
@@ -162,4 +169,8 @@ def structured_outputs_params(req: SamplingFields) -> dict | None:
         base["structural_tag"] = json.dumps(fmt)
     if not base:
         return None
+    kinds = [k for k in _CONSTRAINT_KINDS if base.get(k) is not None]
+    if len(kinds) > 1:  # vLLM's StructuredOutputsParams check: the engine can apply one grammar
+        raise bad_request("You can only use one kind of structured outputs constraint but multiple are specified: "
+                          f"{', '.join(kinds)}.")
     return structured_outputs_object(**base)

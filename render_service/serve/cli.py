@@ -125,7 +125,8 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="",
                    help="listen address (default: every interface, as vLLM; 127.0.0.1: this machine only)")
     p.add_argument("--port", type=port_type, default=8000, help="listen port")
-    p.add_argument("--workers", type=_positive, default=1, help="server processes sharing the port")
+    p.add_argument("--workers", "--api-server-count", "-asc", type=_positive, default=1,
+                   help="server processes sharing the port (vLLM's --api-server-count)")
     p.add_argument("--api-key", nargs="+", action="extend", default=None,
                    help="guard /v1, /v2, /inference (several keys, as vLLM's `--api-key K1 K2`, or the flag "
                         "repeated; default: env VLLM_API_KEY, as vLLM)")
@@ -209,6 +210,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "the same --stream-state-secret / RENDER_SERVICE_STATE_SECRET (at least %d characters)", MIN_SECRET_CHARS)
     from . import launch_compat
 
+    launch_compat.apply_environment(args)
     try:
         launch_compat.preflight(args, config)  # everything checkable before the model loads
     except launch_compat.StartupCheckError as exc:
@@ -219,11 +221,13 @@ def run_serve(args: argparse.Namespace) -> int:
     except StartupError as exc:
         print(f"render-service: error: {exc}", file=sys.stderr)
         return 2
+    scheme = "https" if config.ssl_certfile else "http"
     logging.getLogger("render_service").info(
         "serving %s (context %d tokens) on %s", bundle.model_name, bundle.max_model_len,
-        f"http://{config.host}:{config.port}" if config.host else f"port {config.port} of all interfaces",
+        f"{scheme}://{config.host}:{config.port}" if config.host else f"{scheme} port {config.port} of all interfaces",
     )
-    connection = {**connection_options(args), "root_path": config.root_path, "access_log": config.access_log}
+    connection = {**connection_options(args), "root_path": config.root_path, "access_log": config.access_log,
+                  **launch_compat.tls_options(config)}
     if config.workers > 1:
         os.environ["RENDER_SERVICE_CONFIG"] = json.dumps(config.__dict__, default=list)
         uvicorn.run("render_service.serve.server:app_from_env", factory=True, host=config.host, port=config.port,

@@ -63,3 +63,15 @@ class ServeConfig:
     max_log_len: int | None = None
     enable_prompt_tokens_details: bool = False     # derender passes the engine's usage.prompt_tokens_details
     enable_request_id_headers: bool = False        # every response carries X-Request-Id
+    anthropic_disabled_thinking_effort: str = "auto"  # reasoning_effort for Messages' thinking: disabled
+    allowed_origins: tuple[str, ...] = ()          # CORS (vLLM's flags); none: no CORS headers
+    allowed_methods: tuple[str, ...] = ("*",)
+    allowed_headers: tuple[str, ...] = ("*",)
+    allow_credentials: bool = False
+    ssl_keyfile: str | None = None                 # TLS as uvicorn serves it (launch_compat.check_tls)
+    ssl_certfile: str | None = None
+    ssl_ca_certs: str | None = None                # CA bundle client certificates must chain to
+    ssl_cert_reqs: int = 0                         # ssl.CERT_NONE / CERT_OPTIONAL / CERT_REQUIRED
+    ssl_ciphers: str | None = None
+    otlp_traces_endpoint: str | None = None        # OTLP/HTTP collector for per-request traces (tracing.py)
+    lora_modules: tuple[dict, ...] = ()            # {"name", "path", "base_model_name"}: names served as models

@@ -1,9 +1,16 @@
 """`vllm launch render` command lines work unchanged on `render-service serve`.
 
-Every option vLLM 0.33's parser defines (`vllm_flags.VLLM_LAUNCH_RENDER_OPTIONS`) is accepted.
-Those that mean something for a CPU render tier are honoured (`add_arguments` defines them;
-`overrides` turns them into `ServeConfig` fields; `server.build_app` and `cli.run_serve` apply
-them); the rest are parsed and named in one warning line as having no effect here.
+Every option vLLM 0.33's parser defines (`vllm_flags.VLLM_LAUNCH_RENDER_OPTIONS`) is parsed, and
+each is one of three kinds (the rule, also in the README; `tests/test_launch_compat.py` holds the
+whole table to it):
+
+- honoured: `add_arguments` (or ``serve`` itself) defines it; `overrides` turns it into
+  `ServeConfig` fields; `server.build_app` and `cli.run_serve` apply them;
+- no meaning on a CPU render tier (`vllm_flags.NO_MEANING_HERE`: GPU memory, weights,
+  parallelism, KV cache, scheduling…): accepted and named in one start-up warning line;
+- meaningful but not served (`vllm_flags.NOT_SERVED`): refused at start-up with one line saying
+  why, unless given the value that asks for what render-service does anyway.
+
 Before argparse, a command line goes through vLLM's own pre-processing (`expand_command_line`):
 a ``--config`` YAML file's flags, ``--max_model_len`` spellings, ``-O3``, dotted JSON flags.
 Everything checkable before the model loads is checked first (`preflight`): parser names
@@ -16,17 +23,19 @@ import argparse
 import importlib.util
 import json
 import logging
+import os
 import re
 import socket
 import sys
 from pathlib import Path
 from typing import Any
 
-from .vllm_flags import VLLM_LAUNCH_RENDER_OPTIONS
+from .vllm_flags import NO_MEANING_HERE, NOT_SERVED, VLLM_LAUNCH_RENDER_OPTIONS
 
 log = logging.getLogger("render_service.serve.cli")
 
 _NOOP_PREFIX = "vllm_noop__"
+_REFUSED_PREFIX = "vllm_refused__"
 GENERATION_CONFIG_KEYS = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p", "max_new_tokens")
 
 
@@ -75,19 +84,145 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="every response carries X-Request-Id: the request's, else a random one (as vLLM)")
     g.add_argument("--trust-remote-code", action="store_true",
                    help="accepted: this server never runs model code (tokenizers and templates are data)")
+    g.add_argument("--anthropic-disabled-thinking-effort", default="auto",
+                   choices=("auto", "none", "low", "medium", "high", "xhigh", "max"),
+                   help="the reasoning_effort Messages' thinking: disabled maps to; auto probes the template")
+    g.add_argument("--allowed-origins", type=json_list, default=None,
+                   help='CORS: JSON list of origins allowed, e.g. ["https://app.example"] (default: no CORS)')
+    g.add_argument("--allowed-methods", type=json_list, default=["*"], help="CORS: JSON list of methods")
+    g.add_argument("--allowed-headers", type=json_list, default=["*"], help="CORS: JSON list of headers")
+    g.add_argument("--allow-credentials", action=argparse.BooleanOptionalAction, default=False,
+                   help="CORS: allow credentials")
+    g.add_argument("--download-dir", default=None, help="hub cache directory for a --model hub id (HF_HUB_CACHE)")
+    g.add_argument("--hf-token", nargs="?", const=True, default=None,
+                   help="Hugging Face token for a --model hub id (without a value: the stored login)")
+    g.add_argument("--enable-server-load-tracking", "--disable-server-load-tracking", nargs=0,
+                   action=_AlwaysOn, help="accepted: /load always counts the requests in flight here")
+    tls = p.add_argument_group("TLS (as uvicorn serves it; plain HTTP is then refused on the port)")
+    tls.add_argument("--ssl-keyfile", default=None, help="PEM private key of the server certificate")
+    tls.add_argument("--ssl-certfile", default=None, help="PEM server certificate (chain)")
+    tls.add_argument("--ssl-ca-certs", default=None, help="PEM CA bundle that client certificates must chain to")
+    tls.add_argument("--ssl-cert-reqs", type=int, choices=(0, 1, 2), default=0,
+                     help="client certificates: 0 not asked, 1 optional, 2 required (mTLS; Python's ssl.CERT_*)")
+    tls.add_argument("--ssl-ciphers", default=None, help="OpenSSL cipher list (TLS 1.2 and below)")
+    g.add_argument("--lora-modules", nargs="+", action=LoraModulesAction, default=None,
+                   help="LoRA adapter names served as models: name=path, or JSON "
+                        '{"name": N, "path": P, "base_model_name": B} (several, or a JSON list); the base model\'s '
+                        "tokenizer and template render them, and `model` passes through to the engine")
+    g.add_argument("--otlp-traces-endpoint", default=None,
+                   help="export an OpenTelemetry trace per request (OTLP/HTTP protobuf, e.g. http://collector:4318; "
+                        "continues the caller's traceparent); needs pip install 'render-service[otel]'")
+    g.add_argument("--config", default=None, help="a YAML file of flags (read before the command line, as vLLM)")
     known = set(p._option_string_actions)
     noop = p.add_argument_group("vllm launch render flags accepted without effect on a CPU render tier")
+    refused = p.add_argument_group("vllm launch render flags refused unless given the value render-service serves")
     for options, arity in VLLM_LAUNCH_RENDER_OPTIONS:
-        fresh = [o for o in options if o not in known]
-        if len(fresh) != len(options):
-            continue
-        dest = _NOOP_PREFIX + options[0].lstrip("-").replace("-", "_")
+        if any(o in known for o in options):
+            continue  # honoured: defined above or by `serve`
+        dest = (_NOOP_PREFIX if options[0] in NO_MEANING_HERE else _REFUSED_PREFIX) + options[0].lstrip("-").replace("-", "_")
+        group = noop if options[0] in NO_MEANING_HERE else refused
         if arity == 0:
-            noop.add_argument(*options, dest=dest, action="store_true", default=None, help=argparse.SUPPRESS)
+            group.add_argument(*options, dest=dest, nargs=0, action=_Given, default=None, help=argparse.SUPPRESS)
         else:
-            noop.add_argument(*options, dest=dest, nargs=None if arity == 1 else arity, default=None,
-                              help=argparse.SUPPRESS)
+            group.add_argument(*options, dest=dest, nargs=None if arity == 1 else arity, action=_Given, default=None,
+                               help=argparse.SUPPRESS)
         known.update(options)
+
+
+class _Given(argparse.Action):
+    """Records a vLLM flag we do not honour as ``(option string as typed, value)``; a switch's
+    value is True, or False for its negative spelling (``--no-x``, ``--disable-x`` of an
+    ``--enable-x`` row, …), as vLLM's parser reads it."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if self.nargs == 0:
+            values = not _negative(option_string, self.option_strings[0])
+        setattr(namespace, self.dest, (option_string, values))
+
+
+class LoraModulesAction(argparse.Action):
+    """``--lora-modules`` as vLLM 0.33's `LoRAParserAction` reads it: each value ``name=path``
+    (when it has ``=`` and no ``,``), else a JSON object ``{"name", "path", "base_model_name"?,
+    "is_3d_lora_weight"?}`` (vLLM's `LoRAModulePath`; a JSON list is refused there too, whatever
+    its help says). Stores a list of ``{"name", "path", "base_model_name"}`` dicts. A malformed
+    value is argparse's error (exit 2)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        modules = []
+        for item in values or []:
+            if not item:
+                continue
+            if "=" in item and "," not in item:
+                name, _, path = item.partition("=")
+                modules.append({"name": name, "path": path, "base_model_name": None})
+                continue
+            try:
+                entry = json.loads(item)
+            except ValueError:
+                parser.error(f"Invalid JSON format for --lora-modules: {item}")
+            fields = {"name", "path", "base_model_name", "is_3d_lora_weight"}
+            if not isinstance(entry, dict) or set(entry) - fields or not {"name", "path"} <= set(entry):
+                parser.error(f"Invalid fields for --lora-modules: {item} (a JSON object with name, path and "
+                             "optionally base_model_name)")
+            modules.append({"name": entry["name"], "path": entry["path"],
+                            "base_model_name": entry.get("base_model_name")})
+        setattr(namespace, self.dest, modules)
+
+
+class _AlwaysOn(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, True)
+
+
+def _negative(option: str, first: str) -> bool:
+    """True for a switch's spelling that turns it off."""
+    if option.startswith("--no-"):
+        return True
+    for on, off in (("--enable-", "--disable-"), ("--disable-", "--enable-")):
+        if first.startswith(on) and option.startswith(off):
+            return True
+    return False
+
+
+def json_list(value: str) -> list:
+    """argparse type: a JSON list (vLLM's CORS flags)."""
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
+    if not isinstance(parsed, list):
+        raise argparse.ArgumentTypeError('must be a JSON list, e.g. ["*"]')
+    return parsed
+
+
+def _accepted(value: Any, accepted: tuple) -> bool:
+    for ok in accepted:
+        if value == ok:
+            return True
+        if isinstance(value, str) and isinstance(ok, str):
+            for read in (float, json.loads):
+                try:
+                    if read(value) == read(ok):
+                        return True
+                except (ValueError, TypeError):
+                    pass
+    return False
+
+
+def refused_flags(args: argparse.Namespace) -> list[str]:
+    """One line per vLLM flag on this command line that render-service does not serve
+    (`vllm_flags.NOT_SERVED`) and that asks for something other than what it does."""
+    lines = []
+    for key, given in sorted(vars(args).items()):
+        if not key.startswith(_REFUSED_PREFIX) or given is None:
+            continue
+        option, value = given
+        first = "--" + key[len(_REFUSED_PREFIX):].replace("_", "-")
+        reason, accepted = NOT_SERVED.get(first, ("render-service does not serve it", ()))
+        if not _accepted(value, accepted):
+            shown = option if isinstance(value, bool) else f"{option} {' '.join(value) if isinstance(value, list) else value}"
+            lines.append(f"{shown}: not served by render-service ({reason})")
+    return lines
 
 
 def normalize_flag_spelling(argv: list[str]) -> list[str]:
@@ -240,8 +375,18 @@ def expand_command_line(argv: list[str], known: set[str]) -> list[str]:
     return fold_dotted_flags(normalize_flag_spelling(pull_config_file(argv, known)))
 
 
+def apply_environment(args: argparse.Namespace) -> None:
+    """``--download-dir`` and ``--hf-token`` as the Hugging Face hub client reads them (environment,
+    inherited by ``--workers``), for a ``--model`` hub id."""
+    if args.download_dir:
+        os.environ["HF_HUB_CACHE"] = args.download_dir
+    if isinstance(args.hf_token, str):
+        os.environ["HF_TOKEN"] = args.hf_token
+
+
 def ignored_flags(args: argparse.Namespace) -> list[str]:
-    """The no-effect vLLM flags given on this command line, as ``--name``."""
+    """The vLLM flags on this command line that have no meaning here (`vllm_flags.NO_MEANING_HERE`),
+    as ``--name``."""
     return sorted("--" + k[len(_NOOP_PREFIX):].replace("_", "-") for k, v in vars(args).items()
                   if k.startswith(_NOOP_PREFIX) and v is not None)
 
@@ -266,6 +411,18 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "max_log_len": args.max_log_len,
         "enable_prompt_tokens_details": args.enable_prompt_tokens_details,
         "enable_request_id_headers": args.enable_request_id_headers,
+        "anthropic_disabled_thinking_effort": args.anthropic_disabled_thinking_effort,
+        "allowed_origins": tuple(args.allowed_origins or ()),
+        "allowed_methods": tuple(args.allowed_methods),
+        "allowed_headers": tuple(args.allowed_headers),
+        "allow_credentials": args.allow_credentials,
+        "ssl_keyfile": args.ssl_keyfile,
+        "ssl_certfile": args.ssl_certfile,
+        "ssl_ca_certs": args.ssl_ca_certs,
+        "ssl_cert_reqs": args.ssl_cert_reqs,
+        "ssl_ciphers": args.ssl_ciphers,
+        "lora_modules": tuple(args.lora_modules or ()),
+        "otlp_traces_endpoint": args.otlp_traces_endpoint,
     }
 
 
@@ -335,6 +492,110 @@ def check_chat_template(value: str | None) -> None:
                                 "file or an inline Jinja template") from None
 
 
+def check_tls(config) -> None:
+    """The TLS flags as uvicorn will use them: both key and certificate or neither, every file
+    readable, the key matching the certificate, the CA bundle and cipher list valid, mTLS
+    (``--ssl-cert-reqs`` 1 or 2) only with a CA bundle to check clients against.
+
+    Raises:
+        StartupCheckError: the first problem, naming the flag and file.
+    """
+    import ssl
+
+    files = {"--ssl-keyfile": config.ssl_keyfile, "--ssl-certfile": config.ssl_certfile,
+             "--ssl-ca-certs": config.ssl_ca_certs}
+    if not any(files.values()):
+        if config.ssl_cert_reqs or config.ssl_ciphers:
+            raise StartupCheckError("--ssl-cert-reqs / --ssl-ciphers need --ssl-certfile and --ssl-keyfile")
+        return
+    if not (config.ssl_keyfile and config.ssl_certfile):
+        raise StartupCheckError("TLS needs both --ssl-certfile and --ssl-keyfile")
+    for flag, path in files.items():
+        if path:
+            try:
+                Path(path).read_bytes()
+            except OSError as exc:
+                raise StartupCheckError(f"{flag} {path}: cannot read it ({exc.strerror or exc})") from None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(config.ssl_certfile, config.ssl_keyfile)
+    except ssl.SSLError as exc:
+        raise StartupCheckError(f"--ssl-certfile {config.ssl_certfile} / --ssl-keyfile {config.ssl_keyfile}: "
+                                f"not a certificate and its key ({exc.reason or exc})") from None
+    if config.ssl_ca_certs:
+        try:
+            context.load_verify_locations(config.ssl_ca_certs)
+        except ssl.SSLError as exc:
+            raise StartupCheckError(f"--ssl-ca-certs {config.ssl_ca_certs}: not a PEM CA bundle "
+                                    f"({exc.reason or exc})") from None
+    elif config.ssl_cert_reqs:
+        raise StartupCheckError(f"--ssl-cert-reqs {config.ssl_cert_reqs} asks for client certificates: give "
+                                "--ssl-ca-certs, the CA they must chain to")
+    if config.ssl_ciphers:
+        try:
+            context.set_ciphers(config.ssl_ciphers)
+        except ssl.SSLError:
+            raise StartupCheckError(f"--ssl-ciphers {config.ssl_ciphers!r}: no cipher OpenSSL knows") from None
+
+
+def tls_options(config) -> dict:
+    """uvicorn keyword arguments for the TLS flags (none without ``--ssl-certfile``)."""
+    if not config.ssl_certfile:
+        return {}
+    options = {"ssl_keyfile": config.ssl_keyfile, "ssl_certfile": config.ssl_certfile,
+               "ssl_ca_certs": config.ssl_ca_certs, "ssl_cert_reqs": config.ssl_cert_reqs}
+    if config.ssl_ciphers:
+        options["ssl_ciphers"] = config.ssl_ciphers
+    return options
+
+
+_VOCABULARY_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.read_bytes() == b.read_bytes():
+        return True
+    try:
+        return json.loads(a.read_text()) == json.loads(b.read_text())
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
+def check_lora_modules(config) -> None:
+    """Each ``--lora-modules`` entry names a readable adapter directory (its
+    ``adapter_config.json``, as vLLM loads it at start-up) under a name no other model has.
+    Adapters render with the base model's tokenizer and template (vLLM 0.33 has no per-adapter
+    tokenizer either); an adapter that ships vocabulary files must ship the base model's own
+    (a copy, as PEFT saves them), since one with another vocabulary needs its own render-service.
+
+    Raises:
+        StartupCheckError: the first bad entry, named.
+    """
+    names = set(config.served_model_name) or {config.model}
+    base = Path(config.tokenizer or config.model or "")
+    for module in config.lora_modules:
+        name, path = module["name"], module["path"]
+        where = f"--lora-modules {name}={path}"
+        if not name or not path:
+            raise StartupCheckError(f"{where}: an adapter needs a name and a path")
+        if name in names:
+            raise StartupCheckError(f"{where}: {name!r} is already a served model name")
+        names.add(name)
+        try:
+            json.loads((Path(path) / "adapter_config.json").read_text())
+        except OSError as exc:
+            raise StartupCheckError(f"{where}: cannot read {path}/adapter_config.json ({exc.strerror or exc})") from None
+        except ValueError:
+            raise StartupCheckError(f"{where}: {path}/adapter_config.json is not JSON") from None
+        for file in _VOCABULARY_FILES:
+            own = Path(path) / file
+            if own.is_file() and not (base.is_dir() and (base / file).is_file() and _same_file(own, base / file)):
+                raise StartupCheckError(
+                    f"{where}: the adapter ships its own tokenizer ({file}, not the base model's); this server "
+                    f"renders adapters with the base model's, so serve this one with its own render-service "
+                    f"(--model {path})")
+
+
 def check_port(host: str, port: int) -> None:
     """Raises `StartupCheckError` when ``host:port`` cannot be bound (another server holds it);
     an empty ``host`` is every interface."""
@@ -363,6 +624,17 @@ def preflight(args: argparse.Namespace, config) -> None:
     check_chat_template(config.chat_template)
     if config.generation_config not in ("auto", "vllm") and not Path(config.generation_config).is_dir():
         raise StartupCheckError(f"--generation-config {config.generation_config}: expected auto, vllm or a folder")
+    refused = refused_flags(args)
+    if refused:
+        raise StartupCheckError("; ".join(refused))
+    check_tls(config)
+    check_lora_modules(config)
+    from . import tracing
+
+    try:
+        tracing.setup(config.otlp_traces_endpoint)
+    except tracing.TracingUnavailable as exc:
+        raise StartupCheckError(str(exc)) from None
     check_port(config.host, config.port)
     ignored = ignored_flags(args)
     if ignored:

@@ -118,6 +118,20 @@ def build_app(config: ServeConfig):
         app.add_middleware(launch_compat.RequestLogMiddleware, max_log_len=config.max_log_len)
     if config.enable_request_id_headers:
         app.add_middleware(launch_compat.RequestIdHeaderMiddleware)
+    if config.otlp_traces_endpoint:
+        from . import tracing
+
+        try:
+            tracing.setup(config.otlp_traces_endpoint)  # each --workers process exports its own spans
+        except tracing.TracingUnavailable as exc:
+            raise StartupError(str(exc)) from None
+        app.add_middleware(tracing.TracingMiddleware)
+    if config.allowed_origins:  # vLLM's CORS flags, outermost as in vLLM
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=list(config.allowed_origins),
+                           allow_methods=list(config.allowed_methods), allow_headers=list(config.allowed_headers),
+                           allow_credentials=config.allow_credentials)
     return app, bundle, config
 
 

@@ -252,7 +252,7 @@ RESPONSE_FORMAT_SCHEMA_TYPES = {"name": str, "description": str, "strict": bool}
 def check_message_fields(message: Any, where: str) -> None:
     """Raise ValueError unless ``message``'s typed fields have vLLM's types: ``role``,
     ``name``, ``tool_call_id`` strings; ``tool_calls`` a list of calls whose
-    ``id``, ``type`` and ``function.name`` are strings and ``function.arguments`` a JSON
+    ``id`` (required, as vLLM), ``type`` and ``function.name`` are strings and ``function.arguments`` a JSON
     string (or an object: our documented extension, `render.messages`)."""
     _check_object(message, _MESSAGE_TYPES, where)
     calls = message.get("tool_calls")
@@ -263,6 +263,8 @@ def check_message_fields(message: Any, where: str) -> None:
     for j, call in enumerate(calls):
         at = f"{where}.tool_calls.{j}"
         _check_object(call, _CALL_TYPES, at)
+        if call.get("id") is None:  # vLLM 0.33 refuses a call without id (tool results name it)
+            raise ValueError(f"{at}.id is required")
         if call.get("function") is not None:
             _check_object(call["function"], _FUNCTION_TYPES, f"{at}.function")
 

@@ -76,6 +76,10 @@ def render_messages(bundle: ModelBundle, config: ServeConfig, req: AnthropicMess
         raise in_messages_terms(err, req, merges_inline_system(source)) from None
     if budget is not None:
         gen["sampling_params"]["thinking_token_budget"] = budget
+    if req.tools is None and req.tool_choice is None and gen.get("parse_context") is not None:
+        # vLLM 0.33 builds the chat request of a Messages body without the OpenAI default
+        # (tool_choice "none" when there are no tools): its parse_context says null
+        gen["parse_context"]["tool_choice"] = None
     return gen
 
 
@@ -134,7 +138,10 @@ def disabled_thinking_effort(bundle: ModelBundle, config: ServeConfig) -> str:
     when the template renders ``none`` differently from every real effort, else ``"low"``
     (the template cannot turn thinking off, or refuses ``none``). vLLM 0.33's
     ``--anthropic-disabled-thinking-effort auto`` probe on ``[{"role": "user", "content": "Hi"}]``;
-    decided once per model and config."""
+    decided once per model and config. ``--anthropic-disabled-thinking-effort`` other than
+    ``auto`` names the effort outright."""
+    if config.anthropic_disabled_thinking_effort != "auto":
+        return config.anthropic_disabled_thinking_effort
     key = (bundle.fingerprint, repr(config))
     if key not in _disabled_effort:
         def prompt(effort: str) -> list[int] | None:
