@@ -16,7 +16,8 @@ PACKAGES = ("render_service", "parsers")
 # Bottom to top; a module is in the layer of its longest matching prefix. The same list is
 # docs/ARCHITECTURE.md's, in words.
 LAYERS: list[tuple[str, ...]] = [
-    ("render_service", "render_service.errors", "render_service.policy", "parsers"),  # rules and errors
+    ("render_service", "render_service.errors", "render_service.policy", "render_service.telemetry",
+     "parsers"),                                                                       # rules, errors, traces
     ("render_service.wire",),                                                          # the vocabulary
     ("render_service.serve.config", "render_service.tokenizer", "render_service.model",
      "render_service.multimodal", "render_service.continuity"),                         # what is loaded / configured

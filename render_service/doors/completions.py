@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import tracing
+from ..telemetry import tracing
 from ..serve.config import ServeConfig
 from ..errors import OpenAIError, bad_request, check_token_ids
 from ..model import ModelBundle

@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import tracing
+from ..telemetry import tracing
 from ..policy import tool_parser_active
 from ..doors import DOORS
 from ..doors.completions import render_completion

@@ -11,7 +11,8 @@ from typing import Any
 
 from parsers import api as parsers_api
 
-from .. import policy, tracing
+from .. import policy
+from ..telemetry import tracing
 from ..serve.config import ServeConfig
 from ..errors import bad_request
 from ..model import ModelBundle

@@ -629,7 +629,7 @@ def preflight(args: argparse.Namespace, config) -> None:
         raise StartupCheckError("; ".join(refused))
     check_tls(config)
     check_lora_modules(config)
-    from . import tracing
+    from ..telemetry import tracing
 
     try:
         tracing.setup(config.otlp_traces_endpoint)

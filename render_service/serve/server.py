@@ -119,7 +119,7 @@ def build_app(config: ServeConfig):
     if config.enable_request_id_headers:
         app.add_middleware(launch_compat.RequestIdHeaderMiddleware)
     if config.otlp_traces_endpoint:
-        from . import tracing
+        from ..telemetry import tracing
 
         try:
             tracing.setup(config.otlp_traces_endpoint)  # each --workers process exports its own spans

@@ -1,0 +1,1 @@
+"""Observability that every layer may use: OpenTelemetry traces (`tracing`)."""
