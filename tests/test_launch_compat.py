@@ -347,7 +347,7 @@ def _not_served_argv(flag: dict) -> list[str]:
 @pytest.mark.parametrize("flag", [f for f in VLLM_FLAGS if f["options"][0] in __import__(
     "render_service.serve.vllm_flags", fromlist=["NOT_SERVED"]).NOT_SERVED], ids=lambda f: f["options"][0])
 def test_a_flag_we_do_not_serve_is_refused_with_one_line(flag):
-    from render_service import launch_compat
+    from render_service.serve import launch_compat
 
     argv = _not_served_argv(flag)
     lines = launch_compat.refused_flags(_serve_parser().parse_args(["serve", "m", *argv]))
@@ -357,7 +357,7 @@ def test_a_flag_we_do_not_serve_is_refused_with_one_line(flag):
 def test_refused_flags_accept_the_value_we_serve():
     """vLLM's default (or the spelling that asks for what we do) is not refused: a command line
     that spells the defaults out still starts."""
-    from render_service import launch_compat
+    from render_service.serve import launch_compat
 
     argv = ["serve", "m", "--no-trust-request-mm-kwargs", "--response-role", "assistant", "--runner", "generate",
             "--enable-log-deltas", "--hf-overrides", "{}", "--ssl-cert-reqs", "0", "--disable-fastapi-docs",
@@ -368,17 +368,17 @@ def test_refused_flags_accept_the_value_we_serve():
     assert [line.split(":")[0] for line in refused] == ["--enable-fastapi-docs", "--disable-log-deltas"]
 
 
-def test_refused_flag_stops_start_up_before_the_model_loads(capsys):
-    err = _fails_fast(["--grpc", "--port", str(free_port())], capsys)
+def test_refused_flag_stops_start_up_before_the_model_loads(fails_fast):
+    err = fails_fast(["--grpc", "--port", str(free_port())])
     assert "--grpc: not served by render-service (render-service serves HTTP only)" in err
 
 
-def test_every_honoured_vllm_flag_is_in_the_readme():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+def test_every_honoured_vllm_flag_is_in_the_flag_docs():
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "serve.md").read_text()
     parser = _serve_parser()
     missing = [o[0] for o, _ in VLLM_LAUNCH_RENDER_OPTIONS
                if _kind(parser, o[0]) == "honoured" and f"`{o[0]}" not in readme]
-    assert not missing, f"honoured vLLM flags the README does not name: {missing}"
+    assert not missing, f"honoured vLLM flags docs/serve.md does not name: {missing}"
 
 
 def test_cors_flags_are_served(monkeypatch):
@@ -396,16 +396,17 @@ def test_cors_flags_are_served(monkeypatch):
     assert ok.headers["access-control-allow-credentials"] == "true"
     assert "access-control-allow-origin" not in other.headers
 
+
 def test_anthropic_disabled_thinking_effort_names_the_effort(monkeypatch):
     from render_service.model import load_model
-    from render_service.render.anthropic import disabled_thinking_effort
+    from render_service.doors.messages.render import disabled_thinking_effort
 
     config, _ = _config(["--anthropic-disabled-thinking-effort", "medium"], monkeypatch)
     assert disabled_thinking_effort(load_model(None), config) == "medium"
 
 
 def test_hub_flags_reach_the_hub_client(monkeypatch, tmp_path):
-    from render_service import launch_compat
+    from render_service.serve import launch_compat
 
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     monkeypatch.delenv("HF_TOKEN", raising=False)
@@ -460,7 +461,7 @@ def test_mtls_requires_a_client_certificate_from_the_ca(tmp_path):
 
 @pytest.mark.parametrize("case", ["missing-key", "unreadable-cert", "key-not-cert", "mtls-without-ca",
                                   "only-cert", "bad-ciphers"])
-def test_bad_tls_flags_stop_start_up_with_one_line(tmp_path, capsys, case):
+def test_bad_tls_flags_stop_start_up_with_one_line(tmp_path, fails_fast, case):
     from certs import make_pki
 
     pki = make_pki(tmp_path)
@@ -473,7 +474,7 @@ def test_bad_tls_flags_stop_start_up_with_one_line(tmp_path, capsys, case):
         "only-cert": (cert, "both --ssl-certfile and --ssl-keyfile"),
         "bad-ciphers": (cert + key + ["--ssl-ciphers", "NOT-A-CIPHER"], "--ssl-ciphers"),
     }[case]
-    err = _fails_fast([*argv, "--port", str(free_port())], capsys)
+    err = fails_fast([*argv, "--port", str(free_port())])
     assert expected in err and err.count("\n") == 1
 
 
@@ -532,7 +533,7 @@ def test_lora_names_render_as_the_base_model_and_are_listed(tmp_path, monkeypatc
 
 @needs_shared
 def test_an_adapter_may_ship_a_copy_of_the_base_tokenizer(tmp_path):
-    from render_service import launch_compat
+    from render_service.serve import launch_compat
     from render_service.serve.config import ServeConfig
 
     copy = _adapter(tmp_path, "copy", **{"tokenizer.json": (MODELS / "qwen3" / "tokenizer.json").read_text()})
@@ -541,10 +542,10 @@ def test_an_adapter_may_ship_a_copy_of_the_base_tokenizer(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["missing", "own-tokenizer", "name-taken"])
-def test_bad_lora_modules_stop_start_up(tmp_path, capsys, case):
+def test_bad_lora_modules_stop_start_up(tmp_path, fails_fast, case):
     own = _adapter(tmp_path, "own", **{"tokenizer.json": '{"model": {"vocab": {"a": 0}}}'})
     value = {"missing": f"x={tmp_path / 'nope'}", "own-tokenizer": f"x={own}",
              "name-taken": f"base={_adapter(tmp_path, 'ok')}"}[case]
-    err = _fails_fast(["--served-model-name", "base", "--lora-modules", value, "--port", str(free_port())], capsys)
+    err = fails_fast(["--served-model-name", "base", "--lora-modules", value, "--port", str(free_port())])
     assert "--lora-modules" in err and {"missing": "adapter_config.json", "own-tokenizer": "its own tokenizer",
                                         "name-taken": "already a served model name"}[case] in err

@@ -114,7 +114,7 @@ def test_a_server_without_the_flag_never_imports_opentelemetry():
 
 
 def test_a_bad_endpoint_stops_start_up(capsys):
-    from render_service import cli
+    from render_service.serve import cli
 
     assert cli.main(["serve", "--otlp-traces-endpoint", "ftp://x", "--port", str(free_port())]) == 2
     assert "--otlp-traces-endpoint ftp://x" in capsys.readouterr().err
