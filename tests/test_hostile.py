@@ -621,3 +621,52 @@ def test_prompt_longer_than_the_context_can_hold_is_refused_before_tokenizing(sm
                         ("/v1/chat/completions/render", {"messages": [{"role": "user", "content": text}]})):
         r = httpx.post(smol_url + route, json=body, timeout=60)
         assert r.status_code == 400 and r.json()["error"]["param"] == "input_text", r.text[:300]
+
+
+# -- issue 25: work bounded by a request's size, slow bodies, admission under overload -----
+
+def _listed_count(r: httpx.Response) -> int:
+    """The error count a 400's message starts with ("N validation error(s): ...")."""
+    message = r.json()["error"]["message"]
+    return int(message.split(" ", 1)[0])
+
+
+@pytest.mark.parametrize("route,body,param", [
+    ("/detokenize", {"tokens": ["a"] * 1_000_000}, "tokens.0"),
+    ("/v1/completions/render", {"prompt": [-1] * 600_000}, "prompt"),
+    ("/v1/chat/completions/render", {"messages": [{"role": "user", "content": "hi"}],
+                                     "logit_bias": {str(i): "x" for i in range(200_000)}}, "logit_bias"),
+    (DERENDER, {"generate_response": {"choices": [{"index": 0, "token_ids": [None] * 500_000}]},
+                "chat_request": {"messages": []}}, "generate_response.choices.0.token_ids.0"),
+    (DERENDER, {**_derender_body(), "prompt_token_ids": ["a"] * 500_000}, "prompt_token_ids.0"),
+])
+def test_a_huge_invalid_list_is_one_error_not_one_per_item(smol_url, route, body, param):
+    """pydantic checked every item and built one error each, on the event loop: 1,000,000
+    bad tokens held /detokenize (and /health with it) for 5-8 s. Lists now stop at their
+    first bad item; the message gives the count and the first few."""
+    r = httpx.post(smol_url + route, json=body, timeout=120)
+    assert r.status_code == 400, r.text[:300]
+    assert r.json()["error"]["param"] == param
+    assert _listed_count(r) <= 5, r.text[:300]
+    assert httpx.get(smol_url + "/health", timeout=30).status_code == 200
+
+
+def test_health_answers_while_a_huge_invalid_body_is_refused(smol_url):
+    """/health keeps answering while 1,000,000 bad tokens are refused (a generous bound: the
+    probe must not wait for the whole refusal, which used to take 5-8 s)."""
+    import threading
+
+    body = {"tokens": ["a"] * 1_000_000}
+    done = threading.Event()
+    answers: list[int] = []
+
+    def big() -> None:
+        answers.append(httpx.post(smol_url + "/detokenize", json=body, timeout=120).status_code)
+        done.set()
+
+    threading.Thread(target=big, daemon=True).start()
+    probes = 0
+    while not done.is_set():
+        assert httpx.get(smol_url + "/health", timeout=30).status_code == 200
+        probes += 1
+    assert answers == [400] and probes >= 1

@@ -17,6 +17,7 @@ from .. import __version__
 from ..errors import check_token_ids
 from ..render import render_chat
 from ..render.request import check_prompt_chars
+from ..wire.limits import fail_fast_list
 from ..wire.openai import ChatCompletionRequest
 from .app import authorized, unauthorized
 from .common import AppContext, JSONResponse, read_json, validate
@@ -35,7 +36,7 @@ class _TokenizePrompt(BaseModel):
 class _Detokenize(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str | None = None
-    tokens: list[NonNegativeInt]
+    tokens: fail_fast_list(NonNegativeInt)
 
 
 class _TokenizerCacheCollector:

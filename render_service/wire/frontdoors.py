@@ -16,7 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from ..errors import OpenAIError
 from .generate import GenerateResponse
-from .limits import MAX_MESSAGES, LogitBias, PassThrough, StopStrings, bounded_list, check_stops
+from .limits import MAX_MESSAGES, LogitBias, PassThrough, StopStrings, bounded_list, check_stops, fail_fast_list
 from .openai import VllmTypedFields
 from .validate import check_types
 
@@ -89,12 +89,12 @@ class ResponsesRequest(VllmTypedFields):
     max_output_tokens: int | None = Field(default=None, ge=1)
     previous_response_id: str | None = None
     prompt: Any = None
-    tools: list[PassThrough] = Field(default_factory=list)
+    tools: fail_fast_list(PassThrough) = Field(default_factory=list)
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] = "auto"
     parallel_tool_calls: bool | None = True
     text: PassThrough | None = None
     reasoning: PassThrough | None = None
-    include: list[RESPONSES_INCLUDABLE] | None = None
+    include: fail_fast_list(RESPONSES_INCLUDABLE) | None = None
     include_reasoning: bool = True
     top_logprobs: int | None = Field(default=0, ge=0, le=20)
     truncation: Literal["auto", "disabled"] | None = "disabled"
@@ -107,7 +107,7 @@ class ResponsesRequest(VllmTypedFields):
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
     stop: StopStrings = None
-    stop_token_ids: list[int] | None = None
+    stop_token_ids: fail_fast_list(int) | None = None
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool | None = None
@@ -197,7 +197,7 @@ class AnthropicBlock(_Lenient):
     tool_use_id: str | None = None
     name: str | None = None
     input: PassThrough | None = None
-    content: str | list[PassThrough] | None = None
+    content: str | fail_fast_list(PassThrough) | None = None
     is_error: bool | None = None
     thinking: str | None = None
     signature: str | None = None
@@ -207,7 +207,7 @@ class AnthropicBlock(_Lenient):
 
 class AnthropicMessage(_Lenient):
     role: Literal["user", "assistant", "system"]
-    content: str | list[AnthropicBlock]
+    content: str | fail_fast_list(AnthropicBlock)
 
 
 class AnthropicTool(_Lenient):
@@ -242,17 +242,17 @@ class AnthropicMessagesRequest(VllmTypedFields):
     model: str = Field(min_length=1)
     messages: bounded_list(AnthropicMessage, MAX_MESSAGES)
     max_tokens: int = Field(gt=0)
-    system: str | list[AnthropicBlock] | None = None
+    system: str | fail_fast_list(AnthropicBlock) | None = None
     metadata: PassThrough | None = None
     output_config: PassThrough | None = None
     thinking: AnthropicThinking | None = None
-    stop_sequences: Annotated[list[str] | None, Field(max_length=4), AfterValidator(check_stops)] = None
+    stop_sequences: Annotated[fail_fast_list(str) | None, Field(max_length=4), AfterValidator(check_stops)] = None
     stream: bool | None = False
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
     tool_choice: AnthropicToolChoice | None = None
-    tools: list[AnthropicTool] | None = None
+    tools: fail_fast_list(AnthropicTool) | None = None
     cache_salt: str | None = Field(default=None, min_length=1, max_length=1024)
     kv_transfer_params: PassThrough | None = None
     ec_transfer_params: PassThrough | None = None
@@ -286,7 +286,7 @@ _LOOSE = ConfigDict(extra="ignore")
 class _DerenderCommon(BaseModel):
     model_config = _LOOSE
     model: str | None = None
-    prompt_token_ids: list[int] | None = None
+    prompt_token_ids: fail_fast_list(int) | None = None
     prompt_tokens: int | None = Field(None, ge=0)
 
 
@@ -322,7 +322,7 @@ class FrontDoorPipeHeader(BaseModel):
 
     model_config = _LOOSE
     model: str | None = None
-    prompt_token_ids: list[int] | None = None
+    prompt_token_ids: fail_fast_list(int) | None = None
     prompt_tokens: int | None = Field(None, ge=0)
     responses_request: ResponsesRequest | None = None
     messages_request: AnthropicMessagesRequest | None = None
