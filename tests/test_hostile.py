@@ -670,3 +670,106 @@ def test_health_answers_while_a_huge_invalid_body_is_refused(smol_url):
         assert httpx.get(smol_url + "/health", timeout=30).status_code == 200
         probes += 1
     assert answers == [400] and probes >= 1
+
+
+@contextlib.contextmanager
+def hardened_server(app, **uvicorn_options) -> Iterator[str]:
+    """``app`` under uvicorn with our connection protocol (as `serve` runs it), in a thread."""
+    import threading
+
+    import uvicorn
+
+    from render_service.http.connections import HardenedH11Protocol
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
+                                           http=HardenedH11Protocol, **uvicorn_options))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "test server did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def _read_response(sock: socket.socket) -> tuple[bytes, bytes]:
+    """(head, body) of one HTTP/1.1 response with a Content-Length, read from ``sock``."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed after {data[:200]!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed mid-body"
+        body += chunk
+    return head, body
+
+
+def _slow_upload(url: str, path: str = "/v1/chat/completions/render", length: int = 100_000) -> socket.socket:
+    sock = _connect(url)
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {length}\r\n\r\n{{".encode())
+    return sock
+
+
+def test_a_trickled_body_gets_408_at_its_deadline():
+    """A body had no deadline: one byte every 2 s kept a request open for as long as it
+    lasted. Now it must arrive within --body-read-timeout plus one second per
+    --body-min-rate bytes, else 408 and the connection is closed."""
+    with spawned_serve("--body-read-timeout", "1", "--body-min-rate", "100") as url:
+        with _slow_upload(url) as sock:
+            sock.settimeout(0.5)
+            answer, deadline = b"", time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    sock.sendall(b" ")
+                    chunk = sock.recv(65536)
+                except socket.timeout:
+                    continue
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+            assert b'"code":408' in answer
+        # a body sent at the minimum rate is never cut: 600 bytes at ~300 bytes/s
+        body = orjson_line({"model": None, "messages": [{"role": "user", "content": "hi " * 150}]})
+        with _connect(url) as sock:
+            sock.sendall(b"POST /v1/chat/completions/render HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n" % len(body))
+            for i in range(0, len(body), 30):
+                sock.sendall(body[i:i + 30])
+                time.sleep(0.1)
+            sock.settimeout(30)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+
+
+def test_slow_uploads_do_not_lock_out_a_render():
+    """Requests still sending their bodies counted against the in-flight bound: 300 slow
+    uploads got every other POST a 503. Here the bound is 8 and 12 uploads trickle."""
+    from render_service.config import ServeConfig
+    from render_service.server import build_app
+
+    app, _, _ = build_app(ServeConfig())
+    app.state.ctx.admission.max_inflight = 8
+    with hardened_server(app) as url:
+        uploads = [_slow_upload(url) for _ in range(12)]
+        try:
+            time.sleep(0.5)
+            for s in uploads:
+                s.sendall(b" ")
+            r = httpx.post(url + "/v1/chat/completions/render", json=CHAT, timeout=30)
+            assert r.status_code == 200, r.text[:300]
+            assert app.state.ctx.admission.inflight == 0
+        finally:
+            for s in uploads:
+                s.close()

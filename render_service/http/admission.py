@@ -31,6 +31,8 @@ import contextlib
 import time
 from typing import AsyncIterator
 
+import orjson
+
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ..errors import OpenAIError
@@ -42,6 +44,47 @@ class Overloaded(OpenAIError):
     def __init__(self, message: str, retry_after_s: int = 1) -> None:
         super().__init__(503, message, type="ServiceUnavailableError")
         self.retry_after_s = retry_after_s
+
+
+def anthropic_shaped(path: str) -> bool:
+    """True for the routes whose errors are in Anthropic's shape: ``/v1/messages`` and its
+    ``count_tokens`` (`common.ANTHROPIC_PATHS`) and the Messages derender routes (their
+    API's shape); ``/v1/messages/render`` is vLLM's and answers in OpenAI's."""
+    from .common import ANTHROPIC_PATHS
+
+    path = path.rstrip("/")
+    return path in ANTHROPIC_PATHS or path.startswith("/v1/messages/derender")
+
+
+def error_json(err: OpenAIError, path: str) -> bytes:
+    """The JSON body of ``err`` in the error shape of the route at ``path``."""
+    if anthropic_shaped(path):
+        from ..wire.frontdoors import anthropic_error_body
+
+        return orjson.dumps(anthropic_error_body(err))
+    return orjson.dumps(err.body())
+
+
+def refusal_headers(err: OpenAIError) -> list[tuple[bytes, bytes]]:
+    """``Retry-After`` for a 503 (`Overloaded` says how long; anything else 1 s), else nothing."""
+    if err.status != 503:
+        return []
+    return [(b"retry-after", str(getattr(err, "retry_after_s", 1)).encode())]
+
+
+def refusal_bytes(status: int, message: str, path: str) -> bytes:
+    """A whole HTTP/1.1 error response that closes the connection, for answers written by
+    the connection itself before (or instead of) the app: the error shape of ``path``,
+    ``Retry-After`` on a 503."""
+    err = Overloaded(message) if status == 503 else OpenAIError(status, message)
+    body = error_json(err, path)
+    head = [b"HTTP/1.1 %d %s" % (status, _REASONS.get(status, b"Error")), b"content-type: application/json",
+            b"connection: close", b"content-length: %d" % len(body)]
+    head += [k + b": " + v for k, v in refusal_headers(err)]
+    return b"\r\n".join(head) + b"\r\n\r\n" + body
+
+
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Content Too Large", 503: b"Service Unavailable"}
 
 
 class Admission:
@@ -65,7 +108,7 @@ class Admission:
         # req/s, 256 in flight is ~0.1 s of work); slow requests are bounded by the pool's
         # queue delay instead.
         self.max_inflight = 64 * max(capacity, 1)
-        self.inflight = 0  # requests between arrival and answer (see AdmissionMiddleware)
+        self.inflight = 0  # requests between body-complete and answer (see AdmissionMiddleware)
         self.loop_lag = 0.0  # how late the event loop runs its timers, seconds (see watch_loop)
         self._watching = False
         self.wedge_after = wedge_after
@@ -227,13 +270,13 @@ class Admission:
 
 
 class AdmissionMiddleware:
-    """Bounded admission at the door: a worker holds at most ``admission.max_inflight``
-    requests (POST, except long-lived pipes, which queue per step), and refuses new ones
-    while more than the pool's capacity are in flight and the event loop lags more than the
-    queue delay. A refused request is answered 503
-    + ``Retry-After`` at once, before its body is read: when the event loop itself is the
-    bottleneck (parsing, validation), the pool's queue alone let requests wait without
-    bound in front of it (measured: p99 19.7 s at 3x load, 0.1 % refused)."""
+    """Admission at the door, before a request costs anything (POST, except long-lived
+    pipes, which queue per step): a new request is answered 503 + ``Retry-After`` before
+    its body is read when `Admission.overloaded_at_the_door` says it could not start in
+    time. A request counts as in flight (``admission.inflight``, bounded by
+    ``max_inflight``) only once its whole body is in: a client trickling a body holds a
+    connection (cut by the body deadline, `connections.HardenedH11Protocol`), never a
+    place in the queue — 300 slow uploads used to lock every other POST out."""
 
     def __init__(self, app, admission: Admission) -> None:
         self.app, self.admission = app, admission
@@ -245,19 +288,29 @@ class AdmissionMiddleware:
             return
         if a.overloaded_at_the_door():
             a.rejected += 1
-            now = time.monotonic()
-            a._delays.append((now, a.max_queue_delay))  # a refusal counts as a full queue
-            body = b'{"error":{"message":"Server is at capacity; retry shortly.","type":"ServiceUnavailableError","param":null,"code":503}}'
+            a._delays.append((time.monotonic(), a.max_queue_delay))  # a refusal counts as a full queue
+            err = Overloaded("Server is at capacity; retry shortly.")
+            body = error_json(err, scope["path"])
             await send({"type": "http.response.start", "status": 503, "headers": [
-                (b"content-type", b"application/json"), (b"retry-after", b"1"),
-                (b"content-length", str(len(body)).encode())]})
+                (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+                *refusal_headers(err)]})
             await send({"type": "http.response.body", "body": body})
             return
-        a.inflight += 1
+        counted = False
+
+        async def receive_and_count():
+            nonlocal counted
+            message = await receive()
+            if not counted and message["type"] == "http.request" and not message.get("more_body", False):
+                counted = True
+                a.inflight += 1
+            return message
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive_and_count, send)
         finally:
-            a.inflight -= 1
+            if counted:
+                a.inflight -= 1
 
 
 class AdmissionCollector:
