@@ -155,27 +155,6 @@ def test_every_accepted_socket_gets_tcp_nodelay():
 CHAT = {"model": None, "messages": [{"role": "user", "content": "hi"}]}
 
 
-def test_admission_refuses_past_the_queue_delay_and_measures_saturation():
-    import asyncio
-
-    from render_service.http.admission import Admission, Overloaded
-
-    async def main() -> None:
-        gate = Admission(capacity=1, max_queue_delay=0.05, wedge_after=0.0)
-        async with gate.slot():
-            with pytest.raises(Overloaded):
-                async with gate.slot():
-                    pass
-            await asyncio.sleep(0.01)
-            assert gate.wedged()  # the only slot held longer than wedge_after, nothing finished
-            assert gate.saturation() == 1.0 and gate.rejected == 1
-        async with gate.slot(deadline=False):  # freed: the next one starts at once
-            pass
-        assert not gate.wedged()
-
-    asyncio.run(main())
-
-
 def test_overload_answers_503_with_retry_after_and_health_stays_up():
     from render_service.config import ServeConfig
     from render_service.http.admission import Admission
@@ -183,15 +162,18 @@ def test_overload_answers_503_with_retry_after_and_health_stays_up():
     from conftest import serve_app
 
     app, _, _ = build_app(ServeConfig(max_queue_delay_ms=50))
-    app.state.ctx.admission.capacity = 0  # a pool that never frees a slot: every render must wait
+    release = _saturated(app, run_time=0.0)  # a pool that frees no thread: every render must wait
     with serve_app(app) as url:
-        r = httpx.post(url + "/v1/chat/completions/render", json=CHAT, timeout=30)
-        assert r.status_code == 503 and r.headers["retry-after"] == "1"
-        assert r.json()["error"]["code"] == 503
-        assert httpx.get(url + "/health", timeout=10).status_code == 200
-        metrics = httpx.get(url + "/metrics", timeout=10).text
-        assert "render_service_saturation 1.0" in metrics
-        assert "render_service_rejected_total 1.0" in metrics
+        try:
+            r = httpx.post(url + "/v1/chat/completions/render", json=CHAT, timeout=30)
+            assert r.status_code == 503 and r.headers["retry-after"] == "1"
+            assert r.json()["error"]["code"] == 503
+            assert httpx.get(url + "/health", timeout=10).status_code == 200
+            metrics = httpx.get(url + "/metrics", timeout=10).text
+            assert "render_service_saturation 1.0" in metrics
+            assert "render_service_rejected_total 1.0" in metrics
+        finally:
+            release.set()
         app.state.ctx.admission = Admission(1, 1.0, wedge_after=0.0)
         app.state.ctx.admission.running, app.state.ctx.admission._started = 1, {1: 0.0}
         assert httpx.get(url + "/health", timeout=10).status_code == 503
@@ -232,12 +214,15 @@ def test_pipe_work_goes_through_the_pool_admission():
     from conftest import serve_app
 
     app, _, _ = build_app(ServeConfig(max_queue_delay_ms=50))
-    app.state.ctx.admission.capacity = 0
+    release = _saturated(app, run_time=0.0)
     header = {"prompt_token_ids": [1, 2], "chat_request": {"messages": []}}
     body = orjson_line(header) + b'data: {"choices":[{"index":0,"token_ids":[28],"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
     with serve_app(app) as url:
-        r = httpx.post(url + "/v1/chat/completions/derender/pipe", content=body, timeout=30)
-        assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
+        try:
+            r = httpx.post(url + "/v1/chat/completions/derender/pipe", content=body, timeout=30)
+            assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
+        finally:
+            release.set()
 
 
 def orjson_line(obj) -> bytes:
@@ -625,6 +610,31 @@ def test_prompt_longer_than_the_context_can_hold_is_refused_before_tokenizing(sm
 
 # -- issue 25: work bounded by a request's size, slow bodies, admission under overload -----
 
+@contextlib.contextmanager
+def hardened_server(app, **uvicorn_options) -> Iterator[str]:
+    """``app`` under uvicorn with our connection protocol (as `serve` runs it), in a thread."""
+    import threading
+
+    import uvicorn
+
+    from render_service.http.connections import HardenedH11Protocol
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
+                                           http=HardenedH11Protocol, **uvicorn_options))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "test server did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
 def _listed_count(r: httpx.Response) -> int:
     """The error count a 400's message starts with ("N validation error(s): ...")."""
     message = r.json()["error"]["message"]
@@ -670,31 +680,6 @@ def test_health_answers_while_a_huge_invalid_body_is_refused(smol_url):
         assert httpx.get(smol_url + "/health", timeout=30).status_code == 200
         probes += 1
     assert answers == [400] and probes >= 1
-
-
-@contextlib.contextmanager
-def hardened_server(app, **uvicorn_options) -> Iterator[str]:
-    """``app`` under uvicorn with our connection protocol (as `serve` runs it), in a thread."""
-    import threading
-
-    import uvicorn
-
-    from render_service.http.connections import HardenedH11Protocol
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
-                                           http=HardenedH11Protocol, **uvicorn_options))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "test server did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def _read_response(sock: socket.socket) -> tuple[bytes, bytes]:
@@ -773,3 +758,112 @@ def test_slow_uploads_do_not_lock_out_a_render():
         finally:
             for s in uploads:
                 s.close()
+
+
+def test_a_pool_thread_starts_the_next_step_without_the_event_loop():
+    """The suspected mechanism of issue 25's collapse, verified: a pool slot passed to the
+    next waiter only when the event loop got round to it, so a busy loop held slots idle.
+    Here the loop is blocked while the first step ends: the second must start anyway."""
+    import asyncio
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from render_service.http.admission import Admission
+
+    started: dict[str, float] = {}
+    first_may_end = threading.Event()
+
+    def step(name: str) -> str:
+        started[name] = time.monotonic()
+        if name == "first":
+            first_may_end.wait(10)
+        return name
+
+    async def main() -> float:
+        gate = Admission(capacity=1, max_queue_delay=30)
+        pool = ThreadPoolExecutor(1)
+        runs = [asyncio.ensure_future(gate.run(pool, lambda n=n: step(n))) for n in ("first", "second")]
+        await asyncio.sleep(0.2)  # both queued, the first running
+        first_may_end.set()
+        time.sleep(1.0)  # the event loop is busy (blocked) while the first step ends
+        unblocked = time.monotonic()
+        assert await asyncio.gather(*runs) == ["first", "second"]
+        pool.shutdown()
+        return unblocked
+
+    unblocked = asyncio.run(main())
+    assert started["second"] < unblocked, "the second step waited for the event loop to free the slot"
+
+
+def test_admission_refuses_past_the_queue_delay_and_measures_saturation():
+    import asyncio
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from render_service.http.admission import Admission, Overloaded
+
+    async def main() -> None:
+        gate = Admission(capacity=1, max_queue_delay=0.05, wedge_after=0.0)
+        pool = ThreadPoolExecutor(1)
+        release = threading.Event()
+        holder = asyncio.ensure_future(gate.run(pool, lambda: release.wait(10)))
+        await asyncio.sleep(0.05)
+        with pytest.raises(Overloaded):
+            await gate.run(pool, lambda: None)
+        assert gate.wedged()  # the only slot held longer than wedge_after, nothing finished
+        assert gate.saturation() == 1.0 and gate.rejected == 1
+        release.set()
+        await holder
+        assert await gate.run(pool, lambda: 7, deadline=False) == 7  # freed: the next one starts at once
+        assert not gate.wedged()
+        pool.shutdown()
+
+    asyncio.run(main())
+
+
+def _saturated(app, run_time: float = 10.0):
+    """Occupy every thread of ``app``'s CPU pool; steps are taken to last ``run_time`` s.
+    Returns the event that frees them."""
+    import threading
+
+    ctx = app.state.ctx
+    release = threading.Event()
+    for _ in range(ctx.admission.capacity):
+        ctx.executor.submit(lambda: ctx.admission._run_job(0, time.monotonic(), lambda: release.wait(60), False))
+    deadline = time.monotonic() + 10
+    while ctx.admission.running < ctx.admission.capacity and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ctx.admission.run_time = run_time
+    return release
+
+
+@pytest.mark.parametrize("path,shape", [("/v1/chat/completions/render", "openai"), ("/v1/messages/count_tokens", "anthropic")])
+def test_overload_is_refused_at_the_door_before_the_body_is_read(path, shape):
+    """A request that could not start within --max-queue-delay-ms is answered 503 +
+    Retry-After as soon as its head is in (here: its body is never sent), in the route's
+    error shape; /health and /load keep answering; /load names the saturation."""
+    from render_service.config import ServeConfig
+    from render_service.server import build_app
+
+    app, _, _ = build_app(ServeConfig(max_queue_delay_ms=500))
+    with hardened_server(app) as url:
+        release = _saturated(app)
+        try:
+            with _slow_upload(url, path, length=100_000) as sock:
+                sock.settimeout(20)
+                head, body = _read_response(sock)
+            assert head.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in head.lower(), head
+            import orjson
+
+            error = orjson.loads(body)
+            if shape == "anthropic":
+                assert error["type"] == "error" and error["error"]["type"] == "overloaded_error", error
+            else:
+                assert error["error"]["code"] == 503, error
+            assert httpx.get(url + "/health", timeout=10).status_code == 200
+            load = httpx.get(url + "/load", timeout=10).json()
+            assert load["saturation"] == 1.0, load
+        finally:
+            release.set()
+        r = httpx.post(url + "/v1/chat/completions/render", json=CHAT, timeout=30)
+        assert r.status_code == 200, r.text[:300]

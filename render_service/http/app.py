@@ -15,7 +15,7 @@ from ..config import ServeConfig
 from ..errors import OpenAIError
 from .admission import AdmissionMiddleware
 from .cancel import ClientGoneMiddleware
-from .connections import BodyLimits
+from .connections import BodyLimits, Door
 from .common import AppContext, JSONResponse, error_response, http_error_response
 
 log = logging.getLogger("render_service.http")
@@ -133,4 +133,5 @@ def create_app(bundle, config: ServeConfig) -> Starlette:
         app.add_middleware(ApiKeyMiddleware, keys=config.api_key)
     app.state.ctx = ctx
     app.state.body_limits = BodyLimits(config.body_read_timeout, config.body_min_rate)  # read by connections.py
+    app.state.door = Door(ctx.admission, {b"/health": ctx.probe_status, b"/ping": ctx.probe_status})  # connections.py
     return app

@@ -28,7 +28,7 @@ from ..derender.service import Derenderer
 from ..errors import OpenAIError, bad_request
 from ..wire.derender import (DerenderChatRequest, DerenderChatStreamRequest, DerenderCompletionRequest,
                              DerenderCompletionStreamRequest, PipeHeader)
-from .admission import Overloaded
+from .admission import refusal_headers
 from .common import AppContext, JSONResponse, error_response, read_json, validate
 
 log = logging.getLogger(__name__)
@@ -143,9 +143,8 @@ class PipeEndpoint:
 
     async def _error(self, send: Callable, err: OpenAIError) -> None:
         body = orjson.dumps(self.error_body(err))
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        if isinstance(err, Overloaded):
-            headers.append((b"retry-after", str(err.retry_after_s).encode()))
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   *refusal_headers(err)]
         await send({"type": "http.response.start", "status": err.status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
 

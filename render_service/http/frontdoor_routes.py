@@ -33,7 +33,7 @@ from ..render.responses import in_input_terms, render_responses, responses_to_ch
 from ..wire.frontdoors import (AnthropicCountTokensRequest, AnthropicMessagesRequest, DerenderMessagesRequest,
                                DerenderMessagesStreamRequest, DerenderResponsesRequest, DerenderResponsesStreamRequest,
                                FrontDoorPipeHeader, ResponsesRequest, error_body)
-from .common import AppContext, JSONResponse, read_json, validate
+from .common import AppContext, JSONResponse, error_response, read_json, validate
 from .derender_routes import PipeEndpoint
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ def routes(ctx: AppContext) -> list[Route]:
             loaded = await media(messages_to_chat(req)["messages"], req)
             return JSONResponse(await ctx.run_cpu(anthropic_count_tokens, ctx.bundle, ctx.config, req, loaded))
         except OpenAIError as err:
-            return JSONResponse(error_body("messages", err), status_code=err.status)
+            return error_response(err, request.url.path)
 
     def derender(kind: str):
         plain, streamed = _DERENDER_BODIES[kind]
@@ -90,7 +90,7 @@ def routes(ctx: AppContext) -> list[Route]:
                 fn = fd.stream if stream else fd.whole
                 return JSONResponse(await ctx.run_cpu(fn, kind, req))
             except OpenAIError as err:
-                return JSONResponse(error_body(kind, err), status_code=err.status)
+                return error_response(err, request.url.path)
             except Exception:  # a bug of ours: say so without leaking internals
                 log.exception("%s derender failed", kind)
                 err = OpenAIError(500, "Internal error while derendering.")

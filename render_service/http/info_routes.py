@@ -57,12 +57,17 @@ class _TokenizerCacheCollector:
         yield gauge
 
 
-def load_route(server_load: Callable[[], int]) -> Route:
+def load_route(server_load: Callable[[], int], saturation: Callable[[], float] | None = None) -> Route:
     """``GET /load`` → ``{"server_load": N}`` (vLLM's route; N = ``server_load()``, the
-    requests in flight). Served by ``serve`` and ``drive``."""
+    requests in flight), plus ``"saturation"`` (``saturation()``, 0..1; 1 = new requests
+    are refused with 503: `Admission.saturation`) where the server has a CPU pool. Served
+    by ``serve`` and ``drive``."""
 
     async def load(request: Request) -> JSONResponse:
-        return JSONResponse({"server_load": server_load()})
+        out: dict[str, Any] = {"server_load": server_load()}
+        if saturation is not None:
+            out["saturation"] = round(saturation(), 3)
+        return JSONResponse(out)
 
     return Route("/load", load, methods=["GET"])
 
@@ -91,15 +96,15 @@ def routes(ctx: AppContext) -> list[Route]:
         return JSONResponse({"object": "list", "data": data})
 
     async def health(request: Request) -> Response:
-        # A wedged pool (every slot held, nothing finishing) fails liveness so the pod restarts.
-        return Response(status_code=503 if ctx.admission.wedged() else 200)
+        # also answered by the connection itself (connections.Door), before the app
+        return Response(status_code=ctx.probe_status())
 
     async def version(request: Request) -> JSONResponse:
         return JSONResponse({"version": __version__})
 
     async def ping(request: Request) -> Response:
         # SageMaker's health probe, as vLLM answers it (GET and POST)
-        return Response(status_code=503 if ctx.admission.wedged() else 200)
+        return Response(status_code=ctx.probe_status())
 
     async def tokenize(request: Request) -> JSONResponse:
         body = await read_json(request, ctx.config.max_body_bytes)
@@ -139,7 +144,7 @@ def routes(ctx: AppContext) -> list[Route]:
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/version", version, methods=["GET"]),
-        load_route(lambda: ctx.metrics.server_load),
+        load_route(lambda: ctx.metrics.server_load, ctx.admission.saturation),
         Route("/ping", ping, methods=["GET", "POST"]),
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/detokenize", detokenize, methods=["POST"]),
