@@ -15,7 +15,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from conftest import free_port
+from conftest import free_port, needs_shared
 
 
 @contextlib.contextmanager
@@ -867,3 +867,45 @@ def test_overload_is_refused_at_the_door_before_the_body_is_read(path, shape):
             release.set()
         r = httpx.post(url + "/v1/chat/completions/render", json=CHAT, timeout=30)
         assert r.status_code == 200, r.text[:300]
+
+
+# -- issue 25, low items: a sealed state of the wrong inner type, long request ids ----------
+
+@needs_shared
+def test_front_door_streams_resumed_from_a_sealed_malformed_state_are_400_never_500():
+    """With the real secret a client can seal any inner value: a Messages or Responses stream
+    resumed from a state whose tool parser entry had the wrong type gave 500 ("Internal
+    error while derendering"). Every mutation of the choice state is a 200 or a 400."""
+    import orjson
+
+    from conftest import MODELS, serve_app
+    from render_service.config import ServeConfig
+    from render_service.derender.state import StateCodec
+    from render_service.server import build_app
+
+    app, bundle, _ = build_app(ServeConfig(model=str(MODELS / "qwen3"), reasoning_parser="qwen3",
+                                           tool_call_parser="hermes", enable_auto_tool_choice=True,
+                                           stream_state_secret=SECRET))
+    codec, tok = StateCodec(bundle.fingerprint, SECRET), bundle.tokenizer
+    first = tok.encode('<think>hmm</think>\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par', False)
+    rest = tok.encode('is"}}\n</tool_call>', False)
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    requests = {"responses": {"input": "hi", "tools": [{"type": "function", "name": "get_weather", "parameters": schema}]},
+                "messages": {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
+                             "tools": [{"name": "get_weather", "input_schema": schema}]}}
+
+    def body(kind: str, state, ids) -> dict:
+        return {"stream": True, "stream_state": state, "prompt_token_ids": [1, 2],
+                "generate_chunk": {"choices": [{"index": 0, "token_ids": ids}]}, f"{kind}_request": requests[kind]}
+
+    with serve_app(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        for kind in requests:
+            r = client.post(f"/v1/{kind}/derender", json=body(kind, None, first))
+            assert r.status_code == 200, r.text[:300]
+            payload = orjson.loads(r.json()["stream_state"]["s"])
+            statuses: dict[int, int] = {}
+            for variant in _mutations(payload["cs"]):
+                r = client.post(f"/v1/{kind}/derender", json=body(kind, codec.seal({**payload, "cs": variant}, kind), rest))
+                statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+                assert r.status_code in (200, 400), (kind, variant, r.text[:300])
+            assert statuses.get(400, 0) > 10, statuses

@@ -38,6 +38,7 @@ from .choice import ChoiceStream, Delta
 from .plan import Plan, chat_plan
 from .responses import ResponsesStream, response_envelope
 from .service import Derenderer
+from .state import StateContentError, resumed_from
 
 
 class FrontDoorSession:
@@ -208,6 +209,11 @@ class FrontDoorDerenderer:
                 payload = self.d.codec.open(req.stream_state, kind)
             except ValueError as exc:
                 raise bad_request(f"Invalid stream_state: {exc}", "stream_state") from None
-        session = self._session(kind, req, payload)
-        events = session.step(req.generate_chunk)
-        return {"events": events, "stream_state": self.d.codec.seal(session.payload(), kind)}
+        try:
+            with resumed_from(payload):
+                session = self._session(kind, req, payload)
+                events = session.step(req.generate_chunk)
+                sealed = self.d.codec.seal(session.payload(), kind)
+        except StateContentError as exc:
+            raise bad_request(f"Invalid stream_state: {exc}", "stream_state") from None
+        return {"events": events, "stream_state": sealed}
