@@ -909,3 +909,24 @@ def test_front_door_streams_resumed_from_a_sealed_malformed_state_are_400_never_
                 statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
                 assert r.status_code in (200, 400), (kind, variant, r.text[:300])
             assert statuses.get(400, 0) > 10, statuses
+
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions/render", "/v1/completions/render", "/v1/messages/render"])
+def test_a_long_request_id_is_refused_not_echoed(smol_url, route):
+    """A 1 MiB request_id and a 60 KB X-Request-Id were echoed back whole (into the engine
+    request and every log line too). Refused with a 400 naming them, not cut: a cut id would
+    no longer match the client's records (vLLM 0.33 echoes any length)."""
+    from render_service.wire.limits import MAX_REQUEST_ID_CHARS
+
+    body: dict = ({"prompt": "hi"} if "completions/render" in route and "chat" not in route else
+            {"max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]})
+    body["model"] = httpx.get(smol_url + "/v1/models", timeout=30).json()["data"][0]["id"]
+    r = httpx.post(smol_url + route, json=body, headers={"X-Request-Id": "r" * 60_000}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "X-Request-Id", r.text[:200]
+    assert len(r.content) < 1000 and "x-request-id" not in r.headers
+    if route != "/v1/messages/render":  # Messages has no body request_id
+        r = httpx.post(smol_url + route, json={**body, "request_id": "r" * (1 << 20)}, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "request_id", r.text[:200]
+        assert len(r.content) < 2000
+    ok = httpx.post(smol_url + route, json=body, headers={"X-Request-Id": "r" * MAX_REQUEST_ID_CHARS}, timeout=30)
+    assert ok.status_code == 200 and "r" * MAX_REQUEST_ID_CHARS in ok.text

@@ -45,6 +45,7 @@ import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ..errors import OpenAIError
+from ..wire.limits import MAX_REQUEST_ID_CHARS
 
 T = TypeVar("T")
 
@@ -346,24 +347,25 @@ class AdmissionMiddleware:
     time. A request counts as in flight (``admission.inflight``, bounded by
     ``max_inflight``) only once its whole body is in: a client trickling a body holds a
     connection (cut by the body deadline, `connections.HardenedH11Protocol`), never a
-    place in the queue — 300 slow uploads used to lock every other POST out."""
+    place in the queue — 300 slow uploads used to lock every other POST out. An
+    ``X-Request-Id`` past `MAX_REQUEST_ID_CHARS` is a 400 on every route (it used to be
+    echoed back whole)."""
 
     def __init__(self, app, admission: Admission) -> None:
         self.app, self.admission = app, admission
 
     async def __call__(self, scope, receive, send) -> None:
         a = self.admission
+        if scope["type"] == "http" and _long_request_id(scope["headers"]):
+            await _send_error(send, OpenAIError(400, f"X-Request-Id may be at most {MAX_REQUEST_ID_CHARS} "
+                                                     "characters.", param="X-Request-Id"), scope["path"])
+            return
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"].endswith("/pipe"):
             await self.app(scope, receive, send)
             return
         if a.overloaded_at_the_door():
             a.refused_at_the_door()
-            err = Overloaded("Server is at capacity; retry shortly.")
-            body = error_json(err, scope["path"])
-            await send({"type": "http.response.start", "status": 503, "headers": [
-                (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
-                *refusal_headers(err)]})
-            await send({"type": "http.response.body", "body": body})
+            await _send_error(send, Overloaded("Server is at capacity; retry shortly."), scope["path"])
             return
         counted = False
 
@@ -380,6 +382,20 @@ class AdmissionMiddleware:
         finally:
             if counted:
                 a.inflight -= 1
+
+
+async def _send_error(send, err: OpenAIError, path: str) -> None:
+    """Answer ``err`` (ASGI) in the error shape of ``path``, with ``Retry-After`` on a 503."""
+    body = error_json(err, path)
+    await send({"type": "http.response.start", "status": err.status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)), *refusal_headers(err)]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _long_request_id(headers: list[tuple[bytes, bytes]]) -> bool:
+    """True when an ``X-Request-Id`` header is longer than `MAX_REQUEST_ID_CHARS` (it would be
+    echoed in every answer and log line)."""
+    return any(k == b"x-request-id" and len(v) > MAX_REQUEST_ID_CHARS for k, v in headers)
 
 
 class AdmissionCollector:

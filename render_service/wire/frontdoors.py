@@ -16,7 +16,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from ..errors import OpenAIError
 from .generate import GenerateResponse
-from .limits import MAX_MESSAGES, LogitBias, PassThrough, StopStrings, bounded_list, check_stops, fail_fast_list
+from .limits import (MAX_MESSAGES, LogitBias, PassThrough, RequestId, StopStrings, bounded_list, check_stops,
+                     fail_fast_list)
 from .openai import VllmTypedFields
 from .validate import check_types
 
@@ -122,7 +123,7 @@ class ResponsesRequest(VllmTypedFields):
     user: str | None = None
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] = "auto"
     max_tool_calls: int | None = None
-    request_id: str | None = None
+    request_id: RequestId | None = None
     cache_salt: str | None = Field(default=None, min_length=1, max_length=1024)
     priority: int = 0
     kv_transfer_params: PassThrough | None = None

@@ -34,6 +34,12 @@ MAX_BATCH_PROMPT_LENGTH = 4 * 1024 * 1024
 """Default most prompt characters (text prompts) plus token ids (token prompts) in one completions
 request, all prompts together: about half a second of tokenizing on one core, so one
 request cannot hold the pool for long while others wait."""
+MAX_REQUEST_ID_CHARS = 512
+"""Longest ``request_id`` (body) or ``X-Request-Id`` (header) a client may send: it is copied
+into the engine request, every answer and every log line, so a 1 MiB one was echoed back
+whole (issue 25). Refused with a 400 rather than cut, because a cut id no longer matches the
+client's own records; vLLM 0.33 sets no bound. Ours are 36-45 characters."""
+
 MAX_MESSAGES = 8192
 """Most chat ``messages``, Responses ``input`` items or Anthropic ``messages`` in one request
 (each is rendered through the template before the prompt's length can be judged)."""
@@ -134,6 +140,9 @@ def fail_fast_list(item: Any, **constraints: Any) -> Any:
     and the first bad index just as well."""
     return Annotated[list[item], Field(fail_fast=True, **constraints)]
 
+
+RequestId = Annotated[str, Field(max_length=MAX_REQUEST_ID_CHARS)]
+"""A client's ``request_id``: at most `MAX_REQUEST_ID_CHARS` characters."""
 
 PassThrough = Annotated[dict[str, Any], AfterValidator(check_nesting)]
 """An object render or derender carries on without reading all of it (``kv_transfer_params``,

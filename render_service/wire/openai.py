@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validator, model_validator
 
 from .. import policy
-from .limits import MAX_MESSAGES, LogitBias, PassThrough, StopStrings, bounded_list, fail_fast_list
+from .limits import MAX_MESSAGES, LogitBias, PassThrough, RequestId, StopStrings, bounded_list, fail_fast_list
 from .validate import check_types
 
 
@@ -85,7 +85,7 @@ class SamplingFields(VllmTypedFields):
     truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=2**31 - 1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    request_id: str | None = None
+    request_id: RequestId | None = None
     cache_salt: str | None = None
     priority: int = 0
     kv_transfer_params: PassThrough | None = None
