@@ -930,3 +930,21 @@ def test_a_long_request_id_is_refused_not_echoed(smol_url, route):
         assert len(r.content) < 2000
     ok = httpx.post(smol_url + route, json=body, headers={"X-Request-Id": "r" * MAX_REQUEST_ID_CHARS}, timeout=30)
     assert ok.status_code == 200 and "r" * MAX_REQUEST_ID_CHARS in ok.text
+
+
+@pytest.mark.parametrize("ctype,size", [(b"text/plain", 3 << 20), (b"application/json", 3 << 20)])
+def test_an_early_answer_reaches_a_slow_client_that_sends_its_whole_body_first(tight_server, ctype, size):
+    """An early 400 (a non-JSON Content-Type) or 413 (Content-Length over the cap) was
+    followed by a close at the keep-alive deadline while a slower client was still sending:
+    the client saw ECONNRESET. Here 3 MiB go at ~1 MiB/s against a 1 s deadline; the client
+    reads only after sending everything."""
+    with _connect(tight_server) as sock:
+        sock.sendall(b"POST /v1/chat/completions/render HTTP/1.1\r\nHost: x\r\nContent-Type: " + ctype +
+                     b"\r\nContent-Length: %d\r\n\r\n" % size)
+        chunk = b" " * (64 << 10)
+        for _ in range(size // len(chunk)):
+            sock.sendall(chunk)
+            time.sleep(0.06)
+        sock.settimeout(10)
+        head, body = _read_response(sock)
+        assert head.startswith(b"HTTP/1.1 400" if ctype == b"text/plain" else b"HTTP/1.1 413"), head

@@ -25,6 +25,9 @@ so every worker process uses it):
   minimum rate is never cut); past it, a request not yet answered gets 408 and the
   connection is closed. A response that has started (a pipe's stream) ends the deadline.
   The bounds come from the app (`BodyLimits` on ``app.state.body_limits``);
+- a request answered before its body was read (400, 413) keeps its connection while the
+  client goes on sending that body at the body's pace (at most `DRAIN_MAX_BYTES`), so a
+  client that writes everything before it reads sees the answer, not a reset;
 - past ``limit_concurrency`` open connections, a new one gets ``503`` with ``Retry-After``
   and is closed at once;
 - the door (`Door`, ``app.state.door``): a probe (``GET /health``, ``/ping``) is answered
@@ -49,6 +52,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from .admission import Admission, refusal_bytes
 
 _UNSET = object()
+DRAIN_MAX_BYTES = 64 << 20
+"""Most body bytes read (and dropped) after a request was answered early, before closing."""
 
 
 @dataclass(frozen=True)
@@ -188,11 +193,24 @@ class HardenedH11Protocol(H11Protocol):
         self._head_timer = self.loop.call_later(self.timeout_keep_alive, self._head_deadline, self.cycle)
 
     def _head_deadline(self, cycle_when_armed: object) -> None:
-        """No new request head since the deadline was armed: close the connection."""
+        """No new request head since the deadline was armed: close the connection — unless
+        the client is still sending the body of a request answered early (a 400 or 413
+        before the body was read), at the body's pace (`BodyLimits`) and at most
+        `DRAIN_MAX_BYTES`: most clients write the whole body before they read, and closing
+        under them resets the connection, so they see ECONNRESET instead of the answer."""
         self._head_timer = None
         idle = self.cycle is None or self.cycle.response_complete
         if self.cycle is cycle_when_armed and idle and not self.transport.is_closing():
+            if self.cycle is not None and self.conn.their_state is h11.SEND_BODY and self._body_on_pace():
+                self._arm_head_deadline()
+                return
             self.transport.close()
+
+    def _body_on_pace(self) -> bool:
+        limits = getattr(self, "_body_limits", None)
+        if limits is None or self._body_received > DRAIN_MAX_BYTES:
+            return False
+        return time.monotonic() < self._body_started + limits.timeout + self._body_received / limits.min_rate
 
     # -- the request body --------------------------------------------------------------
 
