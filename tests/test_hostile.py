@@ -948,3 +948,42 @@ def test_an_early_answer_reaches_a_slow_client_that_sends_its_whole_body_first(t
         sock.settimeout(10)
         head, body = _read_response(sock)
         assert head.startswith(b"HTTP/1.1 400" if ctype == b"text/plain" else b"HTTP/1.1 413"), head
+
+
+def test_a_quiet_pipe_ends_with_an_error_event_and_done_at_shutdown():
+    """A derender pipe whose engine side went quiet was cut at the graceful timeout after
+    SIGTERM: no error event, no [DONE], no chunked terminator. Now the drain ends it first."""
+    import signal
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "render_service.cli", "serve", "--port", str(port),
+                             "--graceful-shutdown-timeout", "2", "--uvicorn-log-level", "warning"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.2)
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"POST /v1/chat/completions/derender/pipe HTTP/1.1\r\nHost: x\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n")
+            first = orjson_line({"prompt_token_ids": [1], "chat_request": {"messages": []}})
+            first += b'data: {"choices":[{"index":0,"token_ids":[28, 29]}]}\n\n'
+            sock.sendall(b"%x\r\n%s\r\n" % (len(first), first))  # then nothing more: the engine went quiet
+            sock.settimeout(30)
+            answer = sock.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+            proc.send_signal(signal.SIGTERM)
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert b'"code":503' in answer and b"data: [DONE]" in answer, answer[-400:]
+        assert answer.endswith(b"0\r\n\r\n"), answer[-100:]
+        assert proc.wait(30) is not None
+    finally:
+        if proc.poll() is None:
+            proc.kill()

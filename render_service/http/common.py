@@ -16,6 +16,7 @@ from starlette.responses import Response
 from ..config import ServeConfig
 from ..errors import OpenAIError, bad_request
 from ..wire.validate import validate  # noqa: F401  (routes import it from here)
+from ..driver.drain import Drain
 from .admission import Admission, error_json, refusal_headers
 from .metrics import ServiceMetrics
 
@@ -37,6 +38,7 @@ class AppContext:
     # `render_service.multimodal.MultimodalRenderer` when the model takes images/video, else None.
     multimodal: Any = None
     metrics: ServiceMetrics = field(default_factory=ServiceMetrics)  # request series, /load
+    drain: Drain = field(default_factory=Drain)  # ends pipes at shutdown (driver.drain, http.connections)
 
     def __post_init__(self) -> None:
         if self.admission is None:

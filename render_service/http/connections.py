@@ -49,6 +49,7 @@ from typing import Callable
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from ..driver.drain import grace_before_cut
 from .admission import Admission, refusal_bytes
 
 _UNSET = object()
@@ -177,6 +178,15 @@ class HardenedH11Protocol(H11Protocol):
         super().on_response_complete()
         if not self.transport.is_closing():
             self._arm_head_deadline()
+
+    def shutdown(self) -> None:
+        """uvicorn is shutting down (SIGTERM): start the app's drain (``app.state.drain``), which
+        ends its long-lived requests (pipes) properly before uvicorn's own cut."""
+        drain = _app_state(self.app, "drain", None)
+        timeout = self.config.timeout_graceful_shutdown
+        if drain is not None and timeout is not None:
+            drain.begin(grace_before_cut(timeout))
+        super().shutdown()
 
     def connection_lost(self, exc: Exception | None) -> None:
         for timer in (self._head_timer, self._body_timer):
