@@ -21,6 +21,14 @@ from conftest import free_port, needs_shared
 @contextlib.contextmanager
 def spawned_serve(*flags: str) -> Iterator[str]:
     """`render-service serve` (embedded SmolLM2) as a child process; yields its URL."""
+    with spawned_serve_process(*flags) as (_, url):
+        yield url
+
+
+@contextlib.contextmanager
+def spawned_serve_process(*flags: str) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`render-service serve` as a child process, healthy; yields it and its URL (terminated
+    at the end unless it already exited)."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "render_service.cli", "serve", "--port", str(port),
                              "--uvicorn-log-level", "warning", *flags],
@@ -37,9 +45,10 @@ def spawned_serve(*flags: str) -> Iterator[str]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("server did not start: " + proc.stderr.read().decode()[-2000:])
             time.sleep(0.2)
-        yield url
+        yield proc, url
     finally:
-        proc.terminate()
+        if proc.poll() is None:
+            proc.terminate()
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:
@@ -550,21 +559,8 @@ def test_serve_exits_on_sigterm_despite_an_idle_pipe():
     """An idle pipe (or a runaway request) kept `serve` up forever after SIGTERM."""
     import signal
 
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "render_service.cli", "serve", "--port", str(port),
-                             "--graceful-shutdown-timeout", "1", "--uvicorn-log-level", "warning"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.2)
-        with socket.create_connection(("127.0.0.1", port)) as sock:
+    with spawned_serve_process("--graceful-shutdown-timeout", "1") as (proc, url):
+        with _connect(url) as sock:
             sock.sendall(b"POST /v1/chat/completions/derender/pipe HTTP/1.1\r\nHost: x\r\n"
                          b"Transfer-Encoding: chunked\r\n\r\n")
             header = orjson_line({"prompt_token_ids": [1], "chat_request": {"messages": []}})
@@ -572,9 +568,6 @@ def test_serve_exits_on_sigterm_despite_an_idle_pipe():
             time.sleep(0.5)
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(30) is not None
-    finally:
-        if proc.poll() is None:
-            proc.kill()
 
 
 def test_requests_past_the_in_flight_bound_are_refused_at_the_door():
@@ -610,29 +603,12 @@ def test_prompt_longer_than_the_context_can_hold_is_refused_before_tokenizing(sm
 
 # -- issue 25: work bounded by a request's size, slow bodies, admission under overload -----
 
-@contextlib.contextmanager
-def hardened_server(app, **uvicorn_options) -> Iterator[str]:
+def hardened_server(app, **uvicorn_options):
     """``app`` under uvicorn with our connection protocol (as `serve` runs it), in a thread."""
-    import threading
-
-    import uvicorn
-
+    from conftest import serve_app
     from render_service.http.connections import HardenedH11Protocol
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
-                                           http=HardenedH11Protocol, **uvicorn_options))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "test server did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    return serve_app(app, http=HardenedH11Protocol, **uvicorn_options)
 
 
 def _listed_count(r: httpx.Response) -> int:
@@ -955,21 +931,8 @@ def test_a_quiet_pipe_ends_with_an_error_event_and_done_at_shutdown():
     SIGTERM: no error event, no [DONE], no chunked terminator. Now the drain ends it first."""
     import signal
 
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "render_service.cli", "serve", "--port", str(port),
-                             "--graceful-shutdown-timeout", "2", "--uvicorn-log-level", "warning"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.2)
-        with socket.create_connection(("127.0.0.1", port)) as sock:
+    with spawned_serve_process("--graceful-shutdown-timeout", "2") as (proc, url):
+        with _connect(url) as sock:
             sock.sendall(b"POST /v1/chat/completions/derender/pipe HTTP/1.1\r\nHost: x\r\n"
                          b"Transfer-Encoding: chunked\r\n\r\n")
             first = orjson_line({"prompt_token_ids": [1], "chat_request": {"messages": []}})
@@ -984,6 +947,3 @@ def test_a_quiet_pipe_ends_with_an_error_event_and_done_at_shutdown():
         assert b'"code":503' in answer and b"data: [DONE]" in answer, answer[-400:]
         assert answer.endswith(b"0\r\n\r\n"), answer[-100:]
         assert proc.wait(30) is not None
-    finally:
-        if proc.poll() is None:
-            proc.kill()
