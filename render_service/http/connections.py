@@ -43,7 +43,6 @@ import re
 import socket
 import time
 from dataclasses import dataclass
-
 from typing import Callable
 
 import h11
@@ -138,10 +137,11 @@ class HardenedH11Protocol(H11Protocol):
         self._body_received += len(data)
         super().data_received(data)
 
-    def _answer_at_the_door(self, door: "Door", data: bytes) -> bool:
+    def _answer_at_the_door(self, door: Door, data: bytes) -> bool:
         """Answer a new request from its first bytes, before uvicorn parses it or the app
-        sees it: a probe (``GET /health``), or a POST the admission refuses (503, closed).
-        True when answered."""
+        sees it: a probe (``GET /health``), or a POST the admission refuses (503; the
+        connection is kept when the whole request is in ``data``, else closed). True when
+        answered."""
         method, _, rest = data.partition(b" ")
         path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
         if method == b"GET" and path in door.probes and data.endswith(b"\r\n\r\n") and data.count(b"\r\n\r\n") == 1:
