@@ -45,12 +45,14 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_app(app, *, port: int | None = None) -> Iterator[str]:
-    """Run ``app`` with uvicorn on loopback in a background thread; yield its base URL."""
+def serve_app(app, *, port: int | None = None, **options) -> Iterator[str]:
+    """Run ``app`` with uvicorn on loopback in a background thread; yield its base URL
+    (``options``: more `uvicorn.Config` arguments, e.g. ``http=`` a protocol class)."""
     import uvicorn
 
     port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
+                                           **options))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

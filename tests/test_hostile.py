@@ -15,12 +15,20 @@ from typing import Iterator
 import httpx
 import pytest
 
-from conftest import free_port
+from conftest import free_port, needs_shared
 
 
 @contextlib.contextmanager
 def spawned_serve(*flags: str) -> Iterator[str]:
     """`render-service serve` (embedded SmolLM2) as a child process; yields its URL."""
+    with spawned_serve_process(*flags) as (_, url):
+        yield url
+
+
+@contextlib.contextmanager
+def spawned_serve_process(*flags: str) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`render-service serve` as a child process, healthy; yields it and its URL (terminated
+    at the end unless it already exited)."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "render_service.serve.cli", "serve", "--port", str(port),
                              "--uvicorn-log-level", "warning", *flags],
@@ -37,9 +45,10 @@ def spawned_serve(*flags: str) -> Iterator[str]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("server did not start: " + proc.stderr.read().decode()[-2000:])
             time.sleep(0.2)
-        yield url
+        yield proc, url
     finally:
-        proc.terminate()
+        if proc.poll() is None:
+            proc.terminate()
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:
@@ -155,27 +164,6 @@ def test_every_accepted_socket_gets_tcp_nodelay():
 CHAT = {"model": None, "messages": [{"role": "user", "content": "hi"}]}
 
 
-def test_admission_refuses_past_the_queue_delay_and_measures_saturation():
-    import asyncio
-
-    from render_service.http.admission import Admission, Overloaded
-
-    async def main() -> None:
-        gate = Admission(capacity=1, max_queue_delay=0.05, wedge_after=0.0)
-        async with gate.slot():
-            with pytest.raises(Overloaded):
-                async with gate.slot():
-                    pass
-            await asyncio.sleep(0.01)
-            assert gate.wedged()  # the only slot held longer than wedge_after, nothing finished
-            assert gate.saturation() == 1.0 and gate.rejected == 1
-        async with gate.slot(deadline=False):  # freed: the next one starts at once
-            pass
-        assert not gate.wedged()
-
-    asyncio.run(main())
-
-
 def test_overload_answers_503_with_retry_after_and_health_stays_up():
     from render_service.serve.config import ServeConfig
     from render_service.http.admission import Admission
@@ -183,15 +171,18 @@ def test_overload_answers_503_with_retry_after_and_health_stays_up():
     from conftest import serve_app
 
     app, _, _ = build_app(ServeConfig(max_queue_delay_ms=50))
-    app.state.ctx.admission.capacity = 0  # a pool that never frees a slot: every render must wait
+    release = _saturated(app, run_time=0.0)  # a pool that frees no thread: every render must wait
     with serve_app(app) as url:
-        r = httpx.post(url + "/v1/chat/completions/render", json=CHAT, timeout=30)
-        assert r.status_code == 503 and r.headers["retry-after"] == "1"
-        assert r.json()["error"]["code"] == 503
-        assert httpx.get(url + "/health", timeout=10).status_code == 200
-        metrics = httpx.get(url + "/metrics", timeout=10).text
-        assert "render_service_saturation 1.0" in metrics
-        assert "render_service_rejected_total 1.0" in metrics
+        try:
+            r = httpx.post(url + "/v1/chat/completions/render", json=CHAT, timeout=30)
+            assert r.status_code == 503 and r.headers["retry-after"] == "1"
+            assert r.json()["error"]["code"] == 503
+            assert httpx.get(url + "/health", timeout=10).status_code == 200
+            metrics = httpx.get(url + "/metrics", timeout=10).text
+            assert "render_service_saturation 1.0" in metrics
+            assert "render_service_rejected_total 1.0" in metrics
+        finally:
+            release.set()
         app.state.ctx.admission = Admission(1, 1.0, wedge_after=0.0)
         app.state.ctx.admission.running, app.state.ctx.admission._started = 1, {1: 0.0}
         assert httpx.get(url + "/health", timeout=10).status_code == 503
@@ -232,12 +223,15 @@ def test_pipe_work_goes_through_the_pool_admission():
     from conftest import serve_app
 
     app, _, _ = build_app(ServeConfig(max_queue_delay_ms=50))
-    app.state.ctx.admission.capacity = 0
+    release = _saturated(app, run_time=0.0)
     header = {"prompt_token_ids": [1, 2], "chat_request": {"messages": []}}
     body = orjson_line(header) + b'data: {"choices":[{"index":0,"token_ids":[28],"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
     with serve_app(app) as url:
-        r = httpx.post(url + "/v1/chat/completions/derender/pipe", content=body, timeout=30)
-        assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
+        try:
+            r = httpx.post(url + "/v1/chat/completions/derender/pipe", content=body, timeout=30)
+            assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
+        finally:
+            release.set()
 
 
 def orjson_line(obj) -> bytes:
@@ -570,21 +564,8 @@ def test_serve_exits_on_sigterm_despite_an_idle_pipe():
     """An idle pipe (or a runaway request) kept `serve` up forever after SIGTERM."""
     import signal
 
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "render_service.serve.cli", "serve", "--port", str(port),
-                             "--graceful-shutdown-timeout", "1", "--uvicorn-log-level", "warning"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.2)
-        with socket.create_connection(("127.0.0.1", port)) as sock:
+    with spawned_serve_process("--graceful-shutdown-timeout", "1") as (proc, url):
+        with _connect(url) as sock:
             sock.sendall(b"POST /v1/chat/completions/derender/pipe HTTP/1.1\r\nHost: x\r\n"
                          b"Transfer-Encoding: chunked\r\n\r\n")
             header = orjson_line({"prompt_token_ids": [1], "chat_request": {"messages": []}})
@@ -593,9 +574,6 @@ def test_serve_exits_on_sigterm_despite_an_idle_pipe():
             assert sock.recv(64).startswith(b"HTTP/1.1 200")  # the pipe is open, waiting for engine bytes
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(30) is not None
-    finally:
-        if proc.poll() is None:
-            proc.kill()
 
 
 def test_requests_past_the_in_flight_bound_are_refused_at_the_door():
@@ -627,3 +605,351 @@ def test_prompt_longer_than_the_context_can_hold_is_refused_before_tokenizing(sm
                         ("/v1/chat/completions/render", {"messages": [{"role": "user", "content": text}]})):
         r = httpx.post(smol_url + route, json=body, timeout=60)
         assert r.status_code == 400 and r.json()["error"]["param"] == "input_text", r.text[:300]
+
+
+# -- issue 25: work bounded by a request's size, slow bodies, admission under overload -----
+
+def hardened_server(app, **uvicorn_options):
+    """``app`` under uvicorn with our connection protocol (as `serve` runs it), in a thread."""
+    from conftest import serve_app
+    from render_service.http.connections import HardenedH11Protocol
+
+    return serve_app(app, http=HardenedH11Protocol, **uvicorn_options)
+
+
+def _listed_count(r: httpx.Response) -> int:
+    """The error count a 400's message starts with ("N validation error(s): ...")."""
+    message = r.json()["error"]["message"]
+    return int(message.split(" ", 1)[0])
+
+
+@pytest.mark.parametrize("route,body,param", [
+    ("/detokenize", {"tokens": ["a"] * 1_000_000}, "tokens.0"),
+    ("/v1/completions/render", {"prompt": [-1] * 600_000}, "prompt"),
+    ("/v1/chat/completions/render", {"messages": [{"role": "user", "content": "hi"}],
+                                     "logit_bias": {str(i): "x" for i in range(200_000)}}, "logit_bias"),
+    (DERENDER, {"generate_response": {"choices": [{"index": 0, "token_ids": [None] * 500_000}]},
+                "chat_request": {"messages": []}}, "generate_response.choices.0.token_ids.0"),
+    (DERENDER, {**_derender_body(), "prompt_token_ids": ["a"] * 500_000}, "prompt_token_ids.0"),
+])
+def test_a_huge_invalid_list_is_one_error_not_one_per_item(smol_url, route, body, param):
+    """pydantic checked every item and built one error each, on the event loop: 1,000,000
+    bad tokens held /detokenize (and /health with it) for 5-8 s. Lists now stop at their
+    first bad item; the message gives the count and the first few."""
+    r = httpx.post(smol_url + route, json=body, timeout=120)
+    assert r.status_code == 400, r.text[:300]
+    assert r.json()["error"]["param"] == param
+    assert _listed_count(r) <= 5, r.text[:300]
+    assert httpx.get(smol_url + "/health", timeout=30).status_code == 200
+
+
+def test_health_answers_while_a_huge_invalid_body_is_refused(smol_url):
+    """/health keeps answering while 1,000,000 bad tokens are refused (a generous bound: the
+    probe must not wait for the whole refusal, which used to take 5-8 s)."""
+    import threading
+
+    body = {"tokens": ["a"] * 1_000_000}
+    done = threading.Event()
+    answers: list[int] = []
+
+    def big() -> None:
+        answers.append(httpx.post(smol_url + "/detokenize", json=body, timeout=120).status_code)
+        done.set()
+
+    threading.Thread(target=big, daemon=True).start()
+    probes = 0
+    while not done.is_set():
+        assert httpx.get(smol_url + "/health", timeout=30).status_code == 200
+        probes += 1
+    assert answers == [400] and probes >= 1
+
+
+def _read_response(sock: socket.socket) -> tuple[bytes, bytes]:
+    """(head, body) of one HTTP/1.1 response with a Content-Length, read from ``sock``."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed after {data[:200]!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed mid-body"
+        body += chunk
+    return head, body
+
+
+def _slow_upload(url: str, path: str = "/v1/chat/completions/render", length: int = 100_000) -> socket.socket:
+    sock = _connect(url)
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {length}\r\n\r\n{{".encode())
+    return sock
+
+
+def test_a_trickled_body_gets_408_at_its_deadline():
+    """A body had no deadline: one byte every 2 s kept a request open for as long as it
+    lasted. Now it must arrive within --body-read-timeout plus one second per
+    --body-min-rate bytes, else 408 and the connection is closed."""
+    with spawned_serve("--body-read-timeout", "1", "--body-min-rate", "100") as url:
+        with _slow_upload(url) as sock:
+            sock.settimeout(0.5)
+            answer, deadline = b"", time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    sock.sendall(b" ")
+                    chunk = sock.recv(65536)
+                except socket.timeout:
+                    continue
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+            assert b'"code":408' in answer
+        # a body sent at the minimum rate is never cut: 600 bytes at ~300 bytes/s
+        body = orjson_line({"model": None, "messages": [{"role": "user", "content": "hi " * 150}]})
+        with _connect(url) as sock:
+            sock.sendall(b"POST /v1/chat/completions/render HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n" % len(body))
+            for i in range(0, len(body), 30):
+                sock.sendall(body[i:i + 30])
+                time.sleep(0.1)
+            sock.settimeout(30)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+
+
+def test_slow_uploads_do_not_lock_out_a_render():
+    """Requests still sending their bodies counted against the in-flight bound: 300 slow
+    uploads got every other POST a 503. Here the bound is 8 and 12 uploads trickle."""
+    from render_service.serve.config import ServeConfig
+    from render_service.serve.server import build_app
+
+    app, _, _ = build_app(ServeConfig())
+    app.state.ctx.admission.max_inflight = 8
+    with hardened_server(app) as url:
+        uploads = [_slow_upload(url) for _ in range(12)]
+        try:
+            time.sleep(0.5)
+            for s in uploads:
+                s.sendall(b" ")
+            r = httpx.post(url + "/v1/chat/completions/render", json=CHAT, timeout=30)
+            assert r.status_code == 200, r.text[:300]
+            assert app.state.ctx.admission.inflight == 0
+        finally:
+            for s in uploads:
+                s.close()
+
+
+def test_a_pool_thread_starts_the_next_step_without_the_event_loop():
+    """The suspected mechanism of issue 25's collapse, verified: a pool slot passed to the
+    next waiter only when the event loop got round to it, so a busy loop held slots idle.
+    Here the loop is blocked while the first step ends: the second must start anyway."""
+    import asyncio
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from render_service.http.admission import Admission
+
+    started: dict[str, float] = {}
+    first_may_end = threading.Event()
+
+    def step(name: str) -> str:
+        started[name] = time.monotonic()
+        if name == "first":
+            first_may_end.wait(10)
+        return name
+
+    async def main() -> float:
+        gate = Admission(capacity=1, max_queue_delay=30)
+        pool = ThreadPoolExecutor(1)
+        runs = [asyncio.ensure_future(gate.run(pool, lambda n=n: step(n))) for n in ("first", "second")]
+        await asyncio.sleep(0.2)  # both queued, the first running
+        first_may_end.set()
+        time.sleep(1.0)  # the event loop is busy (blocked) while the first step ends
+        unblocked = time.monotonic()
+        assert await asyncio.gather(*runs) == ["first", "second"]
+        pool.shutdown()
+        return unblocked
+
+    unblocked = asyncio.run(main())
+    assert started["second"] < unblocked, "the second step waited for the event loop to free the slot"
+
+
+def test_admission_refuses_past_the_queue_delay_and_measures_saturation():
+    import asyncio
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from render_service.http.admission import Admission, Overloaded
+
+    async def main() -> None:
+        gate = Admission(capacity=1, max_queue_delay=0.05, wedge_after=0.0)
+        pool = ThreadPoolExecutor(1)
+        release = threading.Event()
+        holder = asyncio.ensure_future(gate.run(pool, lambda: release.wait(10)))
+        await asyncio.sleep(0.05)
+        with pytest.raises(Overloaded):
+            await gate.run(pool, lambda: None)
+        assert gate.wedged()  # the only slot held longer than wedge_after, nothing finished
+        assert gate.saturation() == 1.0 and gate.rejected == 1
+        release.set()
+        await holder
+        assert await gate.run(pool, lambda: 7, deadline=False) == 7  # freed: the next one starts at once
+        assert not gate.wedged()
+        pool.shutdown()
+
+    asyncio.run(main())
+
+
+def _saturated(app, run_time: float = 10.0):
+    """Occupy every thread of ``app``'s CPU pool; steps are taken to last ``run_time`` s.
+    Returns the event that frees them."""
+    import threading
+
+    ctx = app.state.ctx
+    release = threading.Event()
+    for _ in range(ctx.admission.capacity):
+        ctx.executor.submit(lambda: ctx.admission._run_job(0, time.monotonic(), lambda: release.wait(60), False))
+    deadline = time.monotonic() + 10
+    while ctx.admission.running < ctx.admission.capacity and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ctx.admission.run_time = run_time
+    return release
+
+
+@pytest.mark.parametrize("path,shape", [("/v1/chat/completions/render", "openai"), ("/v1/messages/count_tokens", "anthropic")])
+def test_overload_is_refused_at_the_door_before_the_body_is_read(path, shape):
+    """A request that could not start within --max-queue-delay-ms is answered 503 +
+    Retry-After as soon as its head is in (here: its body is never sent), in the route's
+    error shape; /health and /load keep answering; /load names the saturation."""
+    from render_service.serve.config import ServeConfig
+    from render_service.serve.server import build_app
+
+    app, _, _ = build_app(ServeConfig(max_queue_delay_ms=500))
+    with hardened_server(app) as url:
+        release = _saturated(app)
+        try:
+            with _slow_upload(url, path, length=100_000) as sock:
+                sock.settimeout(20)
+                head, body = _read_response(sock)
+            assert head.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in head.lower(), head
+            import orjson
+
+            error = orjson.loads(body)
+            if shape == "anthropic":
+                assert error["type"] == "error" and error["error"]["type"] == "overloaded_error", error
+            else:
+                assert error["error"]["code"] == 503, error
+            assert httpx.get(url + "/health", timeout=10).status_code == 200
+            load = httpx.get(url + "/load", timeout=10).json()
+            assert load["saturation"] == 1.0, load
+        finally:
+            release.set()
+        r = httpx.post(url + "/v1/chat/completions/render", json=CHAT, timeout=30)
+        assert r.status_code == 200, r.text[:300]
+
+
+# -- issue 25, low items: a sealed state of the wrong inner type, long request ids ----------
+
+@needs_shared
+def test_front_door_streams_resumed_from_a_sealed_malformed_state_are_400_never_500():
+    """With the real secret a client can seal any inner value: a Messages or Responses stream
+    resumed from a state whose tool parser entry had the wrong type gave 500 ("Internal
+    error while derendering"). Every mutation of the choice state is a 200 or a 400."""
+    import orjson
+
+    from conftest import MODELS, serve_app
+    from render_service.serve.config import ServeConfig
+    from render_service.derender.state import StateCodec
+    from render_service.serve.server import build_app
+
+    app, bundle, _ = build_app(ServeConfig(model=str(MODELS / "qwen3"), reasoning_parser="qwen3",
+                                           tool_call_parser="hermes", enable_auto_tool_choice=True,
+                                           stream_state_secret=SECRET))
+    codec, tok = StateCodec(bundle.fingerprint, SECRET), bundle.tokenizer
+    first = tok.encode('<think>hmm</think>\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par', False)
+    rest = tok.encode('is"}}\n</tool_call>', False)
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    requests = {"responses": {"input": "hi", "tools": [{"type": "function", "name": "get_weather", "parameters": schema}]},
+                "messages": {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
+                             "tools": [{"name": "get_weather", "input_schema": schema}]}}
+
+    def body(kind: str, state, ids) -> dict:
+        return {"stream": True, "stream_state": state, "prompt_token_ids": [1, 2],
+                "generate_chunk": {"choices": [{"index": 0, "token_ids": ids}]}, f"{kind}_request": requests[kind]}
+
+    with serve_app(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        for kind in requests:
+            r = client.post(f"/v1/{kind}/derender", json=body(kind, None, first))
+            assert r.status_code == 200, r.text[:300]
+            payload = orjson.loads(r.json()["stream_state"]["s"])
+            statuses: dict[int, int] = {}
+            for variant in _mutations(payload["cs"]):
+                r = client.post(f"/v1/{kind}/derender", json=body(kind, codec.seal({**payload, "cs": variant}, kind), rest))
+                statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+                assert r.status_code in (200, 400), (kind, variant, r.text[:300])
+            assert statuses.get(400, 0) > 10, statuses
+
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions/render", "/v1/completions/render", "/v1/messages/render"])
+def test_a_long_request_id_is_refused_not_echoed(smol_url, route):
+    """A 1 MiB request_id and a 60 KB X-Request-Id were echoed back whole (into the engine
+    request and every log line too). Refused with a 400 naming them, not cut: a cut id would
+    no longer match the client's records (vLLM 0.33 echoes any length)."""
+    from render_service.wire.limits import MAX_REQUEST_ID_CHARS
+
+    body: dict = ({"prompt": "hi"} if "completions/render" in route and "chat" not in route else
+            {"max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]})
+    body["model"] = httpx.get(smol_url + "/v1/models", timeout=30).json()["data"][0]["id"]
+    r = httpx.post(smol_url + route, json=body, headers={"X-Request-Id": "r" * 60_000}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "X-Request-Id", r.text[:200]
+    assert len(r.content) < 1000 and "x-request-id" not in r.headers
+    if route != "/v1/messages/render":  # Messages has no body request_id
+        r = httpx.post(smol_url + route, json={**body, "request_id": "r" * (1 << 20)}, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "request_id", r.text[:200]
+        assert len(r.content) < 2000
+    ok = httpx.post(smol_url + route, json=body, headers={"X-Request-Id": "r" * MAX_REQUEST_ID_CHARS}, timeout=30)
+    assert ok.status_code == 200 and "r" * MAX_REQUEST_ID_CHARS in ok.text
+
+
+@pytest.mark.parametrize("ctype,size", [(b"text/plain", 3 << 20), (b"application/json", 3 << 20)])
+def test_an_early_answer_reaches_a_slow_client_that_sends_its_whole_body_first(tight_server, ctype, size):
+    """An early 400 (a non-JSON Content-Type) or 413 (Content-Length over the cap) was
+    followed by a close at the keep-alive deadline while a slower client was still sending:
+    the client saw ECONNRESET. Here 3 MiB go at ~1 MiB/s against a 1 s deadline; the client
+    reads only after sending everything."""
+    with _connect(tight_server) as sock:
+        sock.sendall(b"POST /v1/chat/completions/render HTTP/1.1\r\nHost: x\r\nContent-Type: " + ctype +
+                     b"\r\nContent-Length: %d\r\n\r\n" % size)
+        chunk = b" " * (64 << 10)
+        for _ in range(size // len(chunk)):
+            sock.sendall(chunk)
+            time.sleep(0.06)
+        sock.settimeout(10)
+        head, body = _read_response(sock)
+        assert head.startswith(b"HTTP/1.1 400" if ctype == b"text/plain" else b"HTTP/1.1 413"), head
+
+
+def test_a_quiet_pipe_ends_with_an_error_event_and_done_at_shutdown():
+    """A derender pipe whose engine side went quiet was cut at the graceful timeout after
+    SIGTERM: no error event, no [DONE], no chunked terminator. Now the drain ends it first."""
+    import signal
+
+    with spawned_serve_process("--graceful-shutdown-timeout", "2") as (proc, url):
+        with _connect(url) as sock:
+            sock.sendall(b"POST /v1/chat/completions/derender/pipe HTTP/1.1\r\nHost: x\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n")
+            first = orjson_line({"prompt_token_ids": [1], "chat_request": {"messages": []}})
+            first += b'data: {"choices":[{"index":0,"token_ids":[28, 29]}]}\n\n'
+            sock.sendall(b"%x\r\n%s\r\n" % (len(first), first))  # then nothing more: the engine went quiet
+            sock.settimeout(30)
+            answer = sock.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+            proc.send_signal(signal.SIGTERM)
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert b'"code":503' in answer and b"data: [DONE]" in answer, answer[-400:]
+        assert answer.endswith(b"0\r\n\r\n"), answer[-100:]
+        assert proc.wait(30) is not None

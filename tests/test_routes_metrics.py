@@ -32,7 +32,9 @@ def test_ping_and_load(client):
     for method in ("GET", "POST"):
         resp = client.request(method, "/ping")
         assert resp.status_code == 200 and resp.content == b""
-    assert client.get("/load").json() == {"server_load": 0}
+    load = client.get("/load").json()
+    assert load.keys() == {"server_load", "saturation"} and load["server_load"] == 0  # saturation: issue 25
+    assert 0.0 <= load["saturation"] <= 1.0
 
 
 def test_http_series_have_vllms_names_and_labels(client):

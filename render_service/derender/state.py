@@ -27,10 +27,12 @@ characters); the default ``--max-body-bytes`` (32 MiB) carries it back.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
+import logging
 import secrets
-from typing import Any
+from typing import Any, Iterator
 
 import orjson
 
@@ -41,6 +43,40 @@ ROUTES = {"chat": "/v1/chat/completions/derender", "completion": "/v1/completion
 MAX_STATE_BYTES = 16 << 20
 MIN_SECRET_CHARS = 32
 _PROCESS_SECRET = secrets.token_hex(32)  # the default key: random, never derived from public files
+log = logging.getLogger(__name__)
+
+
+class StateContentError(ValueError):
+    """A state that passed its MAC check failed when the stream resumed from it (see `resumed_from`)."""
+
+
+@contextlib.contextmanager
+def resumed_from(payload: dict | None) -> Iterator[None]:
+    """Run the code that resumes a stream from an opened ``payload`` (None: a new stream).
+
+    The MAC proves a state is ours only while the key is secret; with the real key a client
+    can seal any inner value, of any type, and the parsers resume from theirs without
+    checking it (a ``calls`` entry that is ``null`` made ``feed()`` fail inside the Messages
+    stream: a 500). Everything a resumed stream raises is the state's fault, so it becomes
+    `StateContentError` (a ValueError, for a 400 naming ``stream_state``); errors that are
+    already the client's (`OpenAIError`) pass unchanged, and so does everything for a new
+    stream (those are our bugs).
+
+    Raises:
+        StateContentError: ``payload`` was given and the body raised anything else.
+    """
+    if payload is None:
+        yield
+        return
+    from ..errors import OpenAIError
+
+    try:
+        yield
+    except OpenAIError:
+        raise
+    except Exception as exc:
+        log.warning("a stream resumed from a client's stream_state failed: %s: %s", type(exc).__name__, exc)
+        raise StateContentError("stream_state content is not one this server could have written") from None
 
 
 def random_secret() -> str:

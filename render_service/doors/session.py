@@ -31,6 +31,7 @@ from typing import Any
 from ..derender.choice import ChoiceStream
 from ..derender.plan import Plan, chat_plan
 from ..derender.service import Derenderer
+from ..derender.state import StateContentError, resumed_from
 from ..errors import OpenAIError, bad_request
 from ..wire.derender import ChatRequestFields
 from ..wire.generate import GenChoice, GenerateResponse
@@ -181,6 +182,11 @@ class FrontDoorDerenderer:
                 payload = self.d.codec.open(req.stream_state, kind)
             except ValueError as exc:
                 raise bad_request(f"Invalid stream_state: {exc}", "stream_state") from None
-        session = self._session(kind, req, payload)
-        events = session.step(req.generate_chunk)
-        return {"events": events, "stream_state": self.d.codec.seal(session.payload(), kind)}
+        try:
+            with resumed_from(payload):
+                session = self._session(kind, req, payload)
+                events = session.step(req.generate_chunk)
+                sealed = self.d.codec.seal(session.payload(), kind)
+        except StateContentError as exc:
+            raise bad_request(f"Invalid stream_state: {exc}", "stream_state") from None
+        return {"events": events, "stream_state": sealed}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import OpenAIError
+from ..wire.limits import fail_fast_list
 
 
 class Lenient(BaseModel):
@@ -24,7 +25,7 @@ LOOSE = ConfigDict(extra="ignore")
 class DerenderCommon(BaseModel):
     model_config = LOOSE
     model: str | None = None
-    prompt_token_ids: list[int] | None = None
+    prompt_token_ids: fail_fast_list(int) | None = None
     prompt_tokens: int | None = Field(None, ge=0)
 
 

@@ -34,6 +34,7 @@ from starlette.routing import Route
 
 from ..errors import OpenAIError, bad_request
 from ..http import info_routes
+from ..http.connections import BodyLimits
 from ..http.common import JSONResponse, error_response, http_error_response, read_json
 from ..doors import DOORS
 from .drain import Drain, answer_cut, shutting_down
@@ -141,4 +142,5 @@ def create_app(driver: Driver) -> Starlette:
                                         HTTPException: http_error_response})
     app.state.driver = driver
     app.state.drain = drain
+    app.state.body_limits = BodyLimits(driver.config.serve.body_read_timeout, driver.config.serve.body_min_rate)
     return app

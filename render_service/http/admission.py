@@ -1,11 +1,18 @@
-"""Admission to the CPU pool: bounded, fail-fast, measured (issue 14: overload).
+"""Admission to the CPU pool: bounded, fail-fast, measured (issues 14 and 25: overload).
 
 Every CPU-bound step of a request (render, tokenize, derender) runs in the worker's CPU
-pool. `Admission` sits in front of it: at most ``capacity`` steps run at once; the rest
-wait in FIFO order, but no longer than ``max_queue_delay`` and never more than
-``max_waiting`` of them. A step that cannot start in time is refused with 503 +
-``Retry-After`` (`Overloaded`) instead of queueing behind work the client will have given
-up on: llm-d's token-producer gives up after 5 s, so the default delay is 1 s.
+pool. `Admission` sits in front of it: at most ``capacity`` steps run at once (fewer while
+the event loop runs late: `Admission._adapt`); the rest wait in FIFO order in the pool's own
+queue, but no longer than ``max_queue_delay`` and never more than ``max_waiting`` of them.
+A step that cannot start in time is refused with 503 + ``Retry-After`` (`Overloaded`)
+instead of queueing behind work the client will have given up on: llm-d's token-producer
+gives up after 5 s, so the default delay is 1 s.
+
+A new request is refused before anything is spent on it when it could not start in time
+(`Admission.overloaded_at_the_door`): by the connection from its request line
+(`connections.Door`), else by `AdmissionMiddleware`. Every refusal has one body builder,
+in the route's error shape (`error_json`, `refusal_bytes`). 503 means overload and nothing
+else (llm-d retries once on any 5xx; some routers open a breaker for 5 s).
 
 Steps of a stream that already started (``deadline=False``) wait without a deadline:
 refusing them would cut a stream the client is reading.
@@ -15,8 +22,9 @@ It measures what an autoscaler needs (exported by `collector`):
 - ``render_service_busy_fraction``: share of pool slots busy, averaged over the last
   ``window`` seconds;
 - ``render_service_queue_delay_seconds``: the longest wait to start in that window;
-- ``render_service_saturation``: max(busy fraction, queue delay / max_queue_delay), capped
-  at 1; 1.0 means requests are being refused;
+- ``render_service_saturation``: max(busy fraction, queue delay / max_queue_delay, expected
+  wait / max_queue_delay), capped at 1; 1.0 means new requests are being refused (also in
+  ``GET /load`` as ``saturation``, for a router);
 - ``render_service_rejected_total``: steps refused with 503.
 
 `wedged` tells ``/health`` that every slot has been held by the same steps for longer than
@@ -27,13 +35,24 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
+import concurrent.futures
+import threading
 import time
-from typing import AsyncIterator
+from typing import Callable, TypeVar
+
+import orjson
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ..errors import OpenAIError
+from ..wire.limits import MAX_REQUEST_ID_CHARS
+
+T = TypeVar("T")
+
+LAG_SHARE = 0.25
+"""An event loop later than this share of the queue delay refuses new requests at the door
+(with a backlog): what it runs late comes on top of every answer (bench/bench_overload.py:
+at 1 x the queue delay the 200s' p99 was 2.4-4 s at 1.5x load; at 0.25 x, 1.0 s)."""
 
 
 class Overloaded(OpenAIError):
@@ -44,14 +63,62 @@ class Overloaded(OpenAIError):
         self.retry_after_s = retry_after_s
 
 
+def anthropic_shaped(path: str) -> bool:
+    """True for the routes whose errors are in Anthropic's shape: ``/v1/messages`` and its
+    ``count_tokens`` (`common.ANTHROPIC_PATHS`) and the Messages derender routes (their
+    API's shape); ``/v1/messages/render`` is vLLM's and answers in OpenAI's."""
+    from .common import ANTHROPIC_PATHS
+
+    path = path.rstrip("/")
+    return path in ANTHROPIC_PATHS or path.startswith("/v1/messages/derender")
+
+
+def error_json(err: OpenAIError, path: str) -> bytes:
+    """The JSON body of ``err`` in the error shape of the route at ``path``."""
+    if anthropic_shaped(path):
+        from ..doors.wire import anthropic_error_body
+
+        return orjson.dumps(anthropic_error_body(err))
+    return orjson.dumps(err.body())
+
+
+def refusal_headers(err: OpenAIError) -> list[tuple[bytes, bytes]]:
+    """``Retry-After`` for a 503 (`Overloaded` says how long; anything else 1 s), else nothing."""
+    if err.status != 503:
+        return []
+    return [(b"retry-after", str(getattr(err, "retry_after_s", 1)).encode())]
+
+
+def refusal_bytes(status: int, message: str, path: str, close: bool = True) -> bytes:
+    """A whole HTTP/1.1 error response, for answers written by the connection itself before
+    (or instead of) the app: the error shape of ``path``, ``Retry-After`` on a 503,
+    ``Connection: close`` unless ``close`` is False."""
+    err = Overloaded(message) if status == 503 else OpenAIError(status, message)
+    body = error_json(err, path)
+    head = [b"HTTP/1.1 %d %s" % (status, _REASONS.get(status, b"Error")), b"content-type: application/json",
+            b"content-length: %d" % len(body)]
+    head += [k + b": " + v for k, v in refusal_headers(err)] + ([b"connection: close"] if close else [])
+    return b"\r\n".join(head) + b"\r\n\r\n" + body
+
+
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Content Too Large", 503: b"Service Unavailable"}
+
+
 class Admission:
-    """A FIFO gate in front of a pool of ``capacity`` slots.
+    """A FIFO gate in front of a pool of ``capacity`` threads.
+
+    The gate is the pool's own queue: a step is handed to the executor at once and a pool
+    thread takes the next one the moment it is free, without waiting for the event loop.
+    (The gate used to free a slot only when the loop got round to it: a loop busy at the
+    door held idle slots for as long as it lagged, so waiting steps timed out into 503s
+    while the pool sat idle — issue 25's 1.3/s served at 1.3x capacity.) A step that
+    cannot start within ``max_queue_delay`` is refused: withdrawn from the queue by the
+    loop at its deadline, or skipped by the thread that reaches it too late.
 
     Args:
         capacity: steps that may run at once (the pool's threads).
         max_queue_delay: seconds a step may wait to start before it gets `Overloaded`.
-        max_waiting: steps that may wait at once; more are refused at once. Requests in
-            flight (parsed, validated, waiting, running) are bounded by 64 x capacity.
+        max_waiting: steps that may wait at once; more are refused at once.
         wedge_after: seconds after which a full pool with no completion counts as wedged.
         window: seconds the busy fraction and queue delay are measured over.
     """
@@ -61,19 +128,23 @@ class Admission:
         self.capacity = capacity
         self.max_queue_delay = max_queue_delay
         self.max_waiting = max_waiting if max_waiting is not None else 8 * capacity
-        # Requests in flight per worker: enough to absorb bursts at full speed (at ~2,000
-        # req/s, 256 in flight is ~0.1 s of work); slow requests are bounded by the pool's
-        # queue delay instead.
+        # Requests in flight per worker (bodies in, not yet answered): enough to absorb
+        # bursts at full speed (at ~2,000 req/s, 256 in flight is ~0.1 s of work); slow
+        # requests are bounded by the pool's queue delay instead.
         self.max_inflight = 64 * max(capacity, 1)
-        self.inflight = 0  # requests between arrival and answer (see AdmissionMiddleware)
+        self.inflight = 0  # requests between body-complete and answer (see AdmissionMiddleware)
         self.loop_lag = 0.0  # how late the event loop runs its timers, seconds (see watch_loop)
         self._watching = False
         self.wedge_after = wedge_after
         self.window = window
         self.running = 0
         self.rejected = 0
-        self._waiters: collections.deque[tuple[asyncio.Future, float]] = collections.deque()
-        self._started: dict[int, float] = {}  # slot token -> start time
+        self.run_time = 0.0  # moving average of a step's run time, seconds
+        self._lock = threading.Lock()  # pool threads and the loop both update the counts below
+        self._room = threading.Condition(self._lock)  # a pool thread waits here for `allowed`
+        self.allowed = capacity  # steps allowed to run now: fewer while the event loop lags (_adapt)
+        self._waiting: dict[int, float] = {}  # job token -> queued time, oldest first
+        self._started: dict[int, float] = {}  # job token -> start time
         self._next_token = 0
         self._last_done = time.monotonic()
         # busy-time integral samples and recent queue delays, for the windowed gauges
@@ -84,63 +155,63 @@ class Admission:
 
     # -- the gate ------------------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def slot(self, deadline: bool = True) -> AsyncIterator[None]:
-        """Hold one pool slot for the body of the ``async with``.
+    async def run(self, executor: concurrent.futures.Executor, fn: Callable[[], T], deadline: bool = True) -> T:
+        """``fn()`` on ``executor`` (a pool of ``capacity`` threads), FIFO behind the steps
+        already queued. ``deadline=False`` (the steps of a stream that already started)
+        waits as long as it takes.
 
         Raises:
-            Overloaded: ``deadline`` and the slot did not free up within ``max_queue_delay``,
-                or ``max_waiting`` steps are already waiting.
+            Overloaded: ``deadline`` and ``fn`` could not start within ``max_queue_delay``,
+                or ``max_waiting`` steps were already waiting.
         """
         queued_at = time.monotonic()
-        if self.running >= self.capacity or self._waiters:
-            if deadline and len(self._waiters) >= self.max_waiting:
+        with self._lock:
+            if deadline and len(self._waiting) >= self.max_waiting and self.running >= self.capacity:
                 self._refuse(queued_at)
-            waiter = asyncio.get_running_loop().create_future()
-            entry = (waiter, queued_at)
-            self._waiters.append(entry)
-            try:
-                if deadline:
-                    await asyncio.wait_for(asyncio.shield(waiter), self.max_queue_delay)
-                else:
-                    await waiter
-            except asyncio.TimeoutError:
-                self._withdraw(entry)
+            token = self._next_token = self._next_token + 1
+            self._waiting[token] = queued_at
+        job = executor.submit(self._run_job, token, queued_at, fn, deadline)
+        answer = asyncio.wrap_future(job)
+        if not deadline:
+            return await answer
+        try:
+            return await asyncio.wait_for(asyncio.shield(answer), self.max_queue_delay)
+        except asyncio.TimeoutError:
+            if job.cancel():  # still queued: withdraw it (a running one is waited for)
+                with self._lock:
+                    self._waiting.pop(token, None)
+                    self._refuse(queued_at)
+            return await answer
+
+    def _run_job(self, token: int, queued_at: float, fn: Callable[[], T], deadline: bool) -> T:
+        """On a pool thread: start ``fn`` unless its queue delay has passed; count it."""
+        with self._lock:
+            while self.running >= self.allowed:  # the loop is starved: leave it a core (see _adapt)
+                left = queued_at + self.max_queue_delay - time.monotonic()
+                if deadline and left <= 0:
+                    break
+                self._room.wait(left if deadline else None)
+            self._waiting.pop(token, None)
+            now = time.monotonic()
+            if deadline and now - queued_at > self.max_queue_delay:
                 self._refuse(queued_at)
-            except BaseException:
-                self._withdraw(entry)
-                raise
-        else:
             self._account()
             self.running += 1
-        now = time.monotonic()
-        self._delays.append((now, now - queued_at))
-        token = self._next_token = self._next_token + 1
-        self._started[token] = now
+            self._started[token] = now
+            self._delays.append((now, now - queued_at))
         try:
-            yield
+            return fn()
         finally:
-            del self._started[token]
-            self._last_done = time.monotonic()
-            self._release()
-
-    def _withdraw(self, entry: tuple[asyncio.Future, float]) -> None:
-        """A waiter gave up; if it had already been handed the slot, pass it on."""
-        if entry in self._waiters:
-            self._waiters.remove(entry)
-        elif entry[0].done() and not entry[0].cancelled():
-            self._release()
-
-    def _release(self) -> None:
-        while self._waiters:
-            waiter, _ = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)  # the slot passes straight on: `running` is unchanged
-                return
-        self._account()
-        self.running -= 1
+            with self._lock:
+                self._account()
+                self.running -= 1
+                started = self._started.pop(token)
+                self._last_done = time.monotonic()
+                self.run_time += 0.1 * (self._last_done - started - self.run_time)
+                self._room.notify()
 
     def _refuse(self, queued_at: float) -> None:
+        """Count a refusal and raise `Overloaded` (called with ``_lock`` held)."""
         self.rejected += 1
         now = time.monotonic()
         self._delays.append((now, now - queued_at))
@@ -149,14 +220,28 @@ class Admission:
 
     def overloaded_at_the_door(self) -> bool:
         """A new request should be refused before it costs anything: too many in flight, or
-        more than the pool can run in flight while the event loop is so far behind that a
-        request would wait past the queue delay."""
+        it would wait past the queue delay — behind the steps already queued for the pool
+        (each as long as the recent average), plus the event loop's lag when more requests
+        are in flight than the pool can run — or the loop runs later than `LAG_SHARE` of the
+        queue delay with such a backlog (lag alone, a starved machine or a GC pause, is not
+        overload)."""
         self._watch_loop()
         if self.inflight >= self.max_inflight:
             return True
-        # Lag alone is not overload (a starved machine, a GC pause): only with a backlog of
-        # requests beyond what the pool can run.
-        return self.loop_lag > self.max_queue_delay and self.inflight > self.capacity
+        lag = self.loop_lag if self.inflight > self.capacity else 0.0
+        return lag > LAG_SHARE * self.max_queue_delay or lag + self.expected_wait() > self.max_queue_delay
+
+    def expected_wait(self) -> float:
+        """Seconds a step queued now would wait to start: the steps ahead of it, ``allowed``
+        at a time, each taking the recent average run time (0 while a thread is free)."""
+        if self.running < self.allowed:
+            return 0.0
+        return (len(self._waiting) + 1) / max(self.allowed, 1) * self.run_time
+
+    def refused_at_the_door(self) -> None:
+        """Count a refusal at the door (it counts as a full queue in the delay gauge)."""
+        self.rejected += 1
+        self._delays.append((time.monotonic(), self.max_queue_delay))
 
     def _watch_loop(self, period: float = 0.05) -> None:
         """Measure the event loop's lag: a timer every ``period`` s notes how late it ran.
@@ -173,9 +258,26 @@ class Admission:
             self.loop_lag = late if late > self.loop_lag else 0.8 * self.loop_lag + 0.2 * late
             if late > 0.001:
                 self._delays.append((time.monotonic(), late))
+            self._adapt(late, period)
             loop.call_at(now + period, tick, now + period)
 
         loop.call_at(loop.time() + period, tick, loop.time() + period)
+
+    def _adapt(self, late: float, period: float) -> None:
+        """Fewer pool steps at once while the event loop runs late, more again once it keeps
+        time (one step per tick either way, between 1 and ``capacity``).
+
+        The pool's threads compete with the event loop for the cores: under overload all of
+        them are always runnable, the loop gets a thread's share of the CPU, and every
+        request's parsing, door check and answer waits behind it (measured on 2 cores: p50
+        1.5-6 s at 1-1.5x capacity, /health up to 2 s). Holding a thread back gives the
+        loop a core, so requests are answered (or refused) in time."""
+        with self._lock:
+            if late > period and self.allowed > 1:
+                self.allowed -= 1
+            elif late < period / 5 and self.allowed < self.capacity:
+                self.allowed += 1
+                self._room.notify()
 
     # -- measurements --------------------------------------------------------------------
 
@@ -192,6 +294,10 @@ class Admission:
 
     def busy_fraction(self) -> float:
         """Share of slots busy over the last ``window`` seconds (0..1)."""
+        with self._lock:
+            return self._busy_fraction()
+
+    def _busy_fraction(self) -> float:
         self._account()
         now = time.monotonic()
         self._samples.append((now, self._busy_integral))
@@ -204,21 +310,29 @@ class Admission:
 
     def queue_delay(self) -> float:
         """Longest wait to start (seconds) over the last ``window`` seconds."""
+        with self._lock:
+            return self._queue_delay()
+
+    def _queue_delay(self) -> float:
         now = time.monotonic()
         self._trim(now)
-        waiting = now - self._waiters[0][1] if self._waiters else 0.0
+        oldest = next(iter(self._waiting.values()), None)
+        waiting = now - oldest if oldest is not None else 0.0
         return max([d for _, d in self._delays] + [waiting])
 
     def saturation(self) -> float:
-        """max(busy fraction, queue delay / max queue delay), capped at 1."""
-        return min(1.0, max(self.busy_fraction(), self.queue_delay() / self.max_queue_delay))
+        """max(busy fraction, queue delay / max queue delay, expected wait / max queue
+        delay), capped at 1: 1.0 means new requests are being refused."""
+        delay = max(self.queue_delay(), self.expected_wait())
+        return min(1.0, max(self.busy_fraction(), delay / self.max_queue_delay))
 
     def wedged(self) -> bool:
         """Every slot busy, the oldest for over ``wedge_after`` s, and nothing finished since."""
-        if self.running < self.capacity or not self._started:
-            return False
+        with self._lock:
+            if self.running < self.capacity or not self._started:
+                return False
+            oldest = min(self._started.values())
         now = time.monotonic()
-        oldest = min(self._started.values())
         return now - oldest > self.wedge_after and now - self._last_done > self.wedge_after
 
     def collector(self) -> "AdmissionCollector":
@@ -227,37 +341,61 @@ class Admission:
 
 
 class AdmissionMiddleware:
-    """Bounded admission at the door: a worker holds at most ``admission.max_inflight``
-    requests (POST, except long-lived pipes, which queue per step), and refuses new ones
-    while more than the pool's capacity are in flight and the event loop lags more than the
-    queue delay. A refused request is answered 503
-    + ``Retry-After`` at once, before its body is read: when the event loop itself is the
-    bottleneck (parsing, validation), the pool's queue alone let requests wait without
-    bound in front of it (measured: p99 19.7 s at 3x load, 0.1 % refused)."""
+    """Admission at the door, before a request costs anything (POST, except long-lived
+    pipes, which queue per step): a new request is answered 503 + ``Retry-After`` before
+    its body is read when `Admission.overloaded_at_the_door` says it could not start in
+    time. A request counts as in flight (``admission.inflight``, bounded by
+    ``max_inflight``) only once its whole body is in: a client trickling a body holds a
+    connection (cut by the body deadline, `connections.HardenedH11Protocol`), never a
+    place in the queue — 300 slow uploads used to lock every other POST out. An
+    ``X-Request-Id`` past `MAX_REQUEST_ID_CHARS` is a 400 on every route (it used to be
+    echoed back whole)."""
 
     def __init__(self, app, admission: Admission) -> None:
         self.app, self.admission = app, admission
 
     async def __call__(self, scope, receive, send) -> None:
         a = self.admission
+        if scope["type"] == "http" and _long_request_id(scope["headers"]):
+            await _send_error(send, OpenAIError(400, f"X-Request-Id may be at most {MAX_REQUEST_ID_CHARS} "
+                                                     "characters.", param="X-Request-Id"), scope["path"])
+            return
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"].endswith("/pipe"):
             await self.app(scope, receive, send)
             return
         if a.overloaded_at_the_door():
-            a.rejected += 1
-            now = time.monotonic()
-            a._delays.append((now, a.max_queue_delay))  # a refusal counts as a full queue
-            body = b'{"error":{"message":"Server is at capacity; retry shortly.","type":"ServiceUnavailableError","param":null,"code":503}}'
-            await send({"type": "http.response.start", "status": 503, "headers": [
-                (b"content-type", b"application/json"), (b"retry-after", b"1"),
-                (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
+            a.refused_at_the_door()
+            await _send_error(send, Overloaded("Server is at capacity; retry shortly."), scope["path"])
             return
-        a.inflight += 1
+        counted = False
+
+        async def receive_and_count():
+            nonlocal counted
+            message = await receive()
+            if not counted and message["type"] == "http.request" and not message.get("more_body", False):
+                counted = True
+                a.inflight += 1
+            return message
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive_and_count, send)
         finally:
-            a.inflight -= 1
+            if counted:
+                a.inflight -= 1
+
+
+async def _send_error(send, err: OpenAIError, path: str) -> None:
+    """Answer ``err`` (ASGI) in the error shape of ``path``, with ``Retry-After`` on a 503."""
+    body = error_json(err, path)
+    await send({"type": "http.response.start", "status": err.status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)), *refusal_headers(err)]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _long_request_id(headers: list[tuple[bytes, bytes]]) -> bool:
+    """True when an ``X-Request-Id`` header is longer than `MAX_REQUEST_ID_CHARS` (it would be
+    echoed in every answer and log line)."""
+    return any(k == b"x-request-id" and len(v) > MAX_REQUEST_ID_CHARS for k, v in headers)
 
 
 class AdmissionCollector:
@@ -274,7 +412,7 @@ class AdmissionCollector:
             ("render_service_busy_fraction", "share of CPU-pool slots busy over the last window", a.busy_fraction()),
             ("render_service_queue_delay_seconds", "longest wait to start over the last window", a.queue_delay()),
             ("render_service_pool_running", "CPU-pool steps running now", float(a.running)),
-            ("render_service_pool_waiting", "CPU-pool steps waiting now", float(len(a._waiters))),
+            ("render_service_pool_waiting", "CPU-pool steps waiting now", float(len(a._waiting))),
             ("render_service_requests_inflight", "requests admitted and not yet answered", float(a.inflight)),
         ):
             gauge = GaugeMetricFamily(name, doc)

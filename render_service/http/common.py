@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import functools
 import hmac
@@ -18,7 +17,8 @@ from starlette.responses import Response
 from ..serve.config import ServeConfig
 from ..errors import OpenAIError, bad_request
 from ..wire.validate import validate  # noqa: F401  (routes import it from here)
-from .admission import Admission, Overloaded
+from ..driver.drain import Drain
+from .admission import Admission, error_json, refusal_headers
 from .metrics import ServiceMetrics
 
 T = TypeVar("T")
@@ -39,6 +39,7 @@ class AppContext:
     # `render_service.multimodal.MultimodalRenderer` when the model takes images/video, else None.
     multimodal: Any = None
     metrics: ServiceMetrics = field(default_factory=ServiceMetrics)  # request series, /load
+    drain: Drain = field(default_factory=Drain)  # ends pipes at shutdown (driver.drain, http.connections)
 
     def __post_init__(self) -> None:
         if self.admission is None:
@@ -55,8 +56,12 @@ class AppContext:
         """
         # The thread runs in a copy of this request's context (it sees CLIENT_GONE, see http.cancel).
         call = functools.partial(contextvars.copy_context().run, fn, *args)
-        async with self.admission.slot(deadline):
-            return await asyncio.get_running_loop().run_in_executor(self.executor, call)
+        return await self.admission.run(self.executor, call, deadline)
+
+    def probe_status(self) -> int:
+        """``/health`` and ``/ping``: 200, or 503 when the pool is wedged (every slot held,
+        nothing finishing), so liveness restarts the pod."""
+        return 503 if self.admission.wedged() else 200
 
     def check_model(self, model: str | None) -> None:
         """404 unless ``model`` is null, one of the served names (wire brief §0) or a
@@ -77,10 +82,11 @@ class JSONResponse(Response):
         return orjson.dumps(content)
 
 
-def error_response(err: OpenAIError) -> JSONResponse:
-    """The OpenAI error shape with ``code`` = HTTP status (and ``Retry-After`` on overload)."""
-    headers = {"Retry-After": str(err.retry_after_s)} if isinstance(err, Overloaded) else None
-    return JSONResponse(err.body(), status_code=err.status, headers=headers)
+def error_response(err: OpenAIError, path: str = "") -> JSONResponse:
+    """``err`` in the error shape of the route at ``path`` (OpenAI's, ``code`` = HTTP status;
+    Anthropic's on the Messages routes: `admission.error_json`), with ``Retry-After`` on a 503."""
+    return Response(error_json(err, path), status_code=err.status, media_type="application/json",
+                    headers={k.decode(): v.decode() for k, v in refusal_headers(err)} or None)
 
 
 async def http_error_response(request: Request, exc: HTTPException) -> JSONResponse:

@@ -15,6 +15,7 @@ CPU pool's admission, so no client can hold the event loop.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, Callable
 
@@ -24,12 +25,14 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from ..derender.pipe import PipeSession
+from ..driver.drain import Ended, answer_cut, shutting_down
+from ..driver.responder import Responder
 from ..derender.service import Derenderer
 from ..errors import OpenAIError, bad_request
 from ..doors import DOORS
 from ..wire.derender import (DerenderChatRequest, DerenderChatStreamRequest, DerenderCompletionRequest,
                              DerenderCompletionStreamRequest, PipeHeader)
-from .admission import Overloaded
+from .admission import refusal_headers
 from .common import AppContext, JSONResponse, error_response, read_json, validate
 
 log = logging.getLogger(__name__)
@@ -115,6 +118,23 @@ class PipeEndpoint:
             return await self._error(send, bad_request(str(exc)))
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+        ended = Ended()
+        work = asyncio.create_task(self._stream(session, rest, more, receive, send))
+        self.ctx.drain.track(work, ended)
+        try:
+            await asyncio.wait({work})
+        finally:
+            self.ctx.drain.untrack(work)
+            work.cancel()  # when we were cancelled ourselves
+        if shutting_down(work, ended):  # shutdown: an error event and the stream's end, not a cut
+            out = Responder(send)
+            out.started = True
+            await answer_cut(out, self.kind)
+            return
+        work.result()
+
+    async def _stream(self, session: Any, rest: bytes, more: bool, receive: Callable, send: Callable) -> None:
+        """The body of a started pipe: engine bytes in, the API's SSE out."""
         # Each event's derender runs in the pool: a started stream waits its turn (no deadline).
         out = await self.ctx.run_cpu(session.feed, rest, deadline=False)
         while more:
@@ -144,9 +164,8 @@ class PipeEndpoint:
 
     async def _error(self, send: Callable, err: OpenAIError) -> None:
         body = orjson.dumps(self.error_body(err))
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        if isinstance(err, Overloaded):
-            headers.append((b"retry-after", str(err.retry_after_s).encode()))
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   *refusal_headers(err)]
         await send({"type": "http.response.start", "status": err.status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
 

@@ -31,7 +31,7 @@ from ..doors.session import FrontDoorDerenderer
 from ..errors import OpenAIError
 from ..render.media import MediaInput, chat_media_parts, load_media_input, mm_payload
 from ..render.request import new_request_id
-from .common import AppContext, JSONResponse, read_json, validate
+from .common import AppContext, JSONResponse, error_response, read_json, validate
 from .derender_routes import PipeEndpoint
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def routes(ctx: AppContext) -> list[Route]:
             loaded = await media(door, messages_to_chat(req)["messages"], req)
             return JSONResponse(await ctx.run_cpu(anthropic_count_tokens, ctx.bundle, ctx.config, req, loaded))
         except OpenAIError as err:
-            return JSONResponse(door.error_body(err), status_code=err.status)
+            return error_response(err, request.url.path)
 
     def derender(door: Door):
         async def handle(request: Request) -> JSONResponse:
@@ -80,7 +80,7 @@ def routes(ctx: AppContext) -> list[Route]:
                 fn = fd.stream if stream else fd.whole
                 return JSONResponse(await ctx.run_cpu(fn, door.name, req))
             except OpenAIError as err:
-                return JSONResponse(door.error_body(err), status_code=err.status)
+                return error_response(err, request.url.path)
             except Exception:  # a bug of ours: say so without leaking internals
                 log.exception("%s derender failed", door.name)
                 err = OpenAIError(500, "Internal error while derendering.")

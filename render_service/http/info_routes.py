@@ -17,6 +17,7 @@ from .. import __version__
 from ..errors import check_token_ids
 from ..render import render_chat
 from ..render.request import check_prompt_chars
+from ..wire.limits import fail_fast_list
 from ..wire.openai import ChatCompletionRequest
 from .common import AppContext, JSONResponse, authorized, read_json, unauthorized, validate
 
@@ -34,7 +35,7 @@ class _TokenizePrompt(BaseModel):
 class _Detokenize(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str | None = None
-    tokens: list[NonNegativeInt]
+    tokens: fail_fast_list(NonNegativeInt)
 
 
 class _TokenizerCacheCollector:
@@ -55,12 +56,17 @@ class _TokenizerCacheCollector:
         yield gauge
 
 
-def load_route(server_load: Callable[[], int]) -> Route:
+def load_route(server_load: Callable[[], int], saturation: Callable[[], float] | None = None) -> Route:
     """``GET /load`` → ``{"server_load": N}`` (vLLM's route; N = ``server_load()``, the
-    requests in flight). Served by ``serve`` and ``drive``."""
+    requests in flight), plus ``"saturation"`` (``saturation()``, 0..1; 1 = new requests
+    are refused with 503: `Admission.saturation`) where the server has a CPU pool. Served
+    by ``serve`` and ``drive``."""
 
     async def load(request: Request) -> JSONResponse:
-        return JSONResponse({"server_load": server_load()})
+        out: dict[str, Any] = {"server_load": server_load()}
+        if saturation is not None:
+            out["saturation"] = round(saturation(), 3)
+        return JSONResponse(out)
 
     return Route("/load", load, methods=["GET"])
 
@@ -94,15 +100,15 @@ def routes(ctx: AppContext) -> list[Route]:
         return JSONResponse({"object": "list", "data": cards})
 
     async def health(request: Request) -> Response:
-        # A wedged pool (every slot held, nothing finishing) fails liveness so the pod restarts.
-        return Response(status_code=503 if ctx.admission.wedged() else 200)
+        # also answered by the connection itself (connections.Door), before the app
+        return Response(status_code=ctx.probe_status())
 
     async def version(request: Request) -> JSONResponse:
         return JSONResponse({"version": __version__})
 
     async def ping(request: Request) -> Response:
         # SageMaker's health probe, as vLLM answers it (GET and POST)
-        return Response(status_code=503 if ctx.admission.wedged() else 200)
+        return Response(status_code=ctx.probe_status())
 
     async def tokenize(request: Request) -> JSONResponse:
         body = await read_json(request, ctx.config.max_body_bytes)
@@ -142,7 +148,7 @@ def routes(ctx: AppContext) -> list[Route]:
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/version", version, methods=["GET"]),
-        load_route(lambda: ctx.metrics.server_load),
+        load_route(lambda: ctx.metrics.server_load, ctx.admission.saturation),
         Route("/ping", ping, methods=["GET", "POST"]),
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/detokenize", detokenize, methods=["POST"]),

@@ -49,6 +49,16 @@ def _context_length(value: str) -> int:
     return number
 
 
+def _positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {value}")
+    return number
+
+
 def _positive(value: str) -> int:
     try:
         number = int(value)
@@ -189,6 +199,8 @@ def build_config(args: argparse.Namespace):
         max_batch_prompt_length=args.max_batch_prompt_length,
         stream_state_secret=args.stream_state_secret,
         max_queue_delay_ms=args.max_queue_delay_ms,
+        body_read_timeout=args.body_read_timeout,
+        body_min_rate=args.body_min_rate,
         **media_flags.overrides(args),
         **launch_compat.overrides(args),
     )
@@ -244,6 +256,11 @@ def add_connection_arguments(p: argparse.ArgumentParser) -> None:
                         "before it is closed")
     p.add_argument("--max-connections", type=_positive, default=1024,
                    help="open connections per worker process; past it a new connection gets 503 and is closed")
+    p.add_argument("--body-read-timeout", type=_positive_float, default=20.0, metavar="S",
+                   help="seconds a request body may take after its head, plus one per --body-min-rate bytes "
+                        "received; a body still incomplete then gets 408 and its connection is closed")
+    p.add_argument("--body-min-rate", type=_positive_float, default=500.0, metavar="BYTES_PER_S",
+                   help="the slowest body upload that is never cut (see --body-read-timeout)")
     p.add_argument("--graceful-shutdown-timeout", type=_positive, default=30,
                    help="seconds to drain in-flight requests after SIGTERM before they are cut")
 

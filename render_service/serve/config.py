@@ -36,6 +36,8 @@ class ServeConfig:
     exclude_tools_when_tool_choice_none: bool = False
     stream_state_secret: str | None = None         # HMAC key for derender stream_state; default derived from the model
     max_queue_delay_ms: int = 1000                 # a request that cannot start in time gets 503 + Retry-After
+    body_read_timeout: float = 20.0                # a request body must arrive within this + 1 s per body_min_rate bytes
+    body_min_rate: float = 500.0                   # bytes/s (http/connections.py: 408 past the deadline)
     token_exact_history: bool = False              # chat turns with previous_turn extend it token for token (render.turns)
     # Media for vision-language models (issue 13; flags in multimodal/flags.py)
     allowed_local_media_path: str | None = None    # file:// URLs only beneath it (vLLM's flag)

@@ -51,7 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def config_from_args(args: argparse.Namespace) -> DriverConfig:
     """Raises ValueError for bad URLs or timeouts."""
     return DriverConfig(prefill=args.prefill, decode=args.decode, render=(args.render or "").rstrip("/") or None,
-                        serve=serve_config_from_args(args), host=args.host, port=args.port, timeout=args.timeout,
+                        serve=serve_config_from_args(args, body_read_timeout=args.body_read_timeout,
+                                                     body_min_rate=args.body_min_rate),
+                        host=args.host, port=args.port, timeout=args.timeout,
                         connect_timeout=args.connect_timeout, kv_reuse=args.kv_reuse)
 
 

@@ -670,8 +670,11 @@ class RequestIdHeaderMiddleware:
             return
         import uuid
 
+        from .wire.limits import MAX_REQUEST_ID_CHARS
+
         given = dict(scope.get("headers") or []).get(b"x-request-id")
-        request_id = given or uuid.uuid4().hex.encode()
+        # one too long to echo is refused by the app (http.admission); its 400 does not repeat it
+        request_id = given if given and len(given) <= MAX_REQUEST_ID_CHARS else uuid.uuid4().hex.encode()
 
         async def send_with_id(message) -> None:
             if message["type"] == "http.response.start":

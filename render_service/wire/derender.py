@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
 from .generate import Count, GenerateResponse, SamplingParams
-from .limits import PassThrough
+from .limits import PassThrough, fail_fast_list
 
 _LOOSE = ConfigDict(extra="ignore")
 
@@ -22,7 +22,7 @@ class ParseSource(BaseModel):
     and render's slim ``parse_context`` both carry it."""
 
     model_config = _LOOSE
-    tools: list[PassThrough] | None = None
+    tools: fail_fast_list(PassThrough) | None = None
     tool_choice: str | PassThrough | None = None
     parallel_tool_calls: bool | None = True
     include_reasoning: bool = True
@@ -33,15 +33,15 @@ class ChatRequestFields(ParseSource):
     """The fields of an OpenAI ``ChatCompletionRequest`` that derender reads (§1.3)."""
 
     reasoning_effort: str | None = None
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
+    stop: str | fail_fast_list(str) | None = None
+    stop_token_ids: fail_fast_list(int) | None = None
     include_stop_str_in_output: bool = False
     ignore_eos: bool = False
     min_tokens: int = Field(0, ge=0)
     skip_special_tokens: bool | None = None
     logprobs: bool | int | None = None       # bool for chat, int for completions
     top_logprobs: int | None = None
-    logprob_token_ids: list[int] | None = None
+    logprob_token_ids: fail_fast_list(int) | None = None
     return_token_ids: bool | None = None
     stream_options: dict | None = None
 
@@ -58,7 +58,7 @@ class ParseContext(ParseSource):
 class _DerenderCommon(BaseModel):
     model_config = _LOOSE
     model: str | None = None
-    prompt_token_ids: list[int] | None = None
+    prompt_token_ids: fail_fast_list(int) | None = None
     sampling_params: SamplingParams | None = None
 
 
@@ -93,9 +93,9 @@ class DerenderCompletionRequest(_DerenderCommon):
     """``DerenderCompletionRequest`` (§1.7); ``prompt_token_ids`` is one list per response."""
 
     stream: Literal[False] = False
-    generate_responses: list[GenerateResponse] = Field(min_length=1)
-    prompt_tokens: list[Count] | None = None
-    prompt_token_ids: list[list[int] | None] | None = None  # type: ignore[assignment]
+    generate_responses: fail_fast_list(GenerateResponse) = Field(min_length=1)
+    prompt_tokens: fail_fast_list(Count) | None = None
+    prompt_token_ids: fail_fast_list(fail_fast_list(int) | None) | None = None  # type: ignore[assignment]
     completion_request: ChatRequestFields | None = None
 
 

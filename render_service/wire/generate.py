@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validator, model_validator
 
-from .limits import MAX_COUNT, MAX_NESTING, PassThrough, check_nesting  # noqa: F401  (re-exported)
+from .limits import MAX_COUNT, MAX_NESTING, PassThrough, check_nesting, fail_fast_list  # noqa: F401  (re-exported)
 from .openai import StreamOptions
 
 ENGINE_ID_PREFIX = "generate-tokens-"   # vLLM's engine-facing request id prefix (§1.8)
@@ -55,8 +55,8 @@ class SamplingParams(_NullIsDefault):
     seed: Int64 | None = None
     max_tokens: Count | None = None
     min_tokens: Count = 0
-    stop: str | list[str] | None = None
-    stop_token_ids: list[Count] = Field(default_factory=list)
+    stop: str | fail_fast_list(str) | None = None
+    stop_token_ids: fail_fast_list(Count) = Field(default_factory=list)
     include_stop_str_in_output: bool = False
     ignore_eos: bool = False
     skip_special_tokens: bool = True
@@ -71,7 +71,7 @@ class GenerateRequest(_NullIsDefault):
     """``GenerateRequest`` as far as a tokens-only engine reads it."""
 
     request_id: str | None = None
-    token_ids: list[int] = Field(min_length=1)
+    token_ids: fail_fast_list(int) = Field(min_length=1)
     sampling_params: SamplingParams = Field(default_factory=SamplingParams)
     model: str | None = None
     stream: bool = False
@@ -98,14 +98,14 @@ class GenTopLogprob(BaseModel):
 class GenPositionLogprob(GenTopLogprob):
     """The sampled token at one position, with all engine candidates (sampled first)."""
 
-    top_logprobs: list[GenTopLogprob] | None = None
+    top_logprobs: fail_fast_list(GenTopLogprob) | None = None
 
 
 class GenLogprobs(BaseModel):
     """Tokens-mode logprobs of one choice: ``{"content": [...]}``."""
 
     model_config = _LOOSE
-    content: list[GenPositionLogprob] = Field(default_factory=list)
+    content: fail_fast_list(GenPositionLogprob) = Field(default_factory=list)
 
 
 class GenChoice(BaseModel):
@@ -115,7 +115,7 @@ class GenChoice(BaseModel):
     index: Count = 0
     finish_reason: str | None = None
     stop_reason: Int64 | str | None = None
-    token_ids: list[int] | None = None
+    token_ids: fail_fast_list(int) | None = None
     logprobs: GenLogprobs | None = None
     routed_experts: Any = None
     weight_versions: Any = None
@@ -140,9 +140,9 @@ class GenerateResponse(BaseModel):
     model: str | None = None
     created: Int64 | None = None
     usage: Usage | None = None
-    choices: list[GenChoice] = Field(default_factory=list)
+    choices: fail_fast_list(GenChoice) = Field(default_factory=list)
     prompt_logprobs: Any = None
-    prompt_token_ids: list[int] | None = None
+    prompt_token_ids: fail_fast_list(int) | None = None
     kv_transfer_params: dict | None = None
     ec_transfer_params: dict | None = None
     metrics: Any = None

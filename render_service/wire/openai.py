@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validator, model_validator
 
 from .. import policy
-from .limits import MAX_MESSAGES, LogitBias, PassThrough, StopStrings, bounded_list
+from .limits import MAX_MESSAGES, LogitBias, PassThrough, RequestId, StopStrings, bounded_list, fail_fast_list
 from .validate import check_types
 
 
@@ -25,8 +25,8 @@ class PreviousTurn(_Lenient):
     """The previous turn of the same conversation, as the engine holds it (extension, README
     "Agent loops"): the prompt it was given and the ids it generated, reasoning included."""
 
-    prompt_token_ids: list[NonNegativeInt] = Field(min_length=1)
-    output_token_ids: list[NonNegativeInt] = Field(default_factory=list)
+    prompt_token_ids: fail_fast_list(NonNegativeInt) = Field(min_length=1)
+    output_token_ids: fail_fast_list(NonNegativeInt) = Field(default_factory=list)
 
 
 class StreamOptions(_Lenient):
@@ -72,20 +72,20 @@ class SamplingFields(VllmTypedFields):
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
     stop: StopStrings = None
-    stop_token_ids: list[NonNegativeInt] | None = None
+    stop_token_ids: fail_fast_list(NonNegativeInt) | None = None
     ignore_eos: bool = False
     min_tokens: NonNegativeInt = 0
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool | None = None
     spaces_between_special_tokens: bool = True
     logit_bias: LogitBias = None
-    allowed_token_ids: list[NonNegativeInt] | None = None
-    bad_words: list[str] | None = None
+    allowed_token_ids: fail_fast_list(NonNegativeInt) | None = None
+    bad_words: fail_fast_list(str) | None = None
     # -1 (the context minus one) or a count; 0 would render an empty prompt, which no engine takes
     truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=2**31 - 1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    request_id: str | None = None
+    request_id: RequestId | None = None
     cache_salt: str | None = None
     priority: int = 0
     kv_transfer_params: PassThrough | None = None
@@ -96,7 +96,7 @@ class SamplingFields(VllmTypedFields):
     use_beam_search: bool = False
     response_format: PassThrough | None = None
     structured_outputs: PassThrough | None = None
-    logprob_token_ids: list[NonNegativeInt] | None = None
+    logprob_token_ids: fail_fast_list(NonNegativeInt) | None = None
     thinking_token_budget: int | None = Field(default=None, ge=-1)
     repetition_detection: RepetitionDetection | None = None
     stream_interval: int | None = Field(default=None, ge=1)
@@ -149,14 +149,14 @@ class ChatCompletionRequest(SamplingFields):
     messages: bounded_list(dict[str, Any], MAX_MESSAGES)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     max_tokens: int | None = Field(default=None, ge=1)
-    tools: list[PassThrough] | None = None
+    tools: fail_fast_list(PassThrough) | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     parallel_tool_calls: bool = True
     include_reasoning: bool = True
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     chat_template: str | None = None
     chat_template_kwargs: PassThrough | None = None
-    documents: list[PassThrough] | None = None
+    documents: fail_fast_list(PassThrough) | None = None
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     logprobs: bool = False
@@ -203,7 +203,7 @@ class ChatCompletionRequest(SamplingFields):
 class CompletionRequest(SamplingFields):
     """OpenAI legacy completions request (wire brief §1.4)."""
 
-    prompt: str | list[str] | list[NonNegativeInt] | list[list[NonNegativeInt]]
+    prompt: str | fail_fast_list(str) | fail_fast_list(NonNegativeInt) | fail_fast_list(fail_fast_list(NonNegativeInt))
     max_tokens: int | None = Field(default=16, ge=1)
     echo: bool = False
     suffix: str | None = None

@@ -15,23 +15,31 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 """The widest integers a body may carry: JSON numbers past them reach pydantic as floats."""
 
 
+MAX_ERRORS_LISTED = 5
+"""Validation errors a 400's message lists; the rest are counted, not listed."""
+
+
 def validate(model: type[M], data: Any) -> M:
     """Validate ``data`` into ``model``.
 
     Raises:
         OpenAIError: 400 for a body that is not a JSON object, or that ``model`` refuses
-        (``param`` = the dotted path of the first error, the message lists up to five).
+        (``param`` = the dotted path of the first error; the message gives the count and
+        lists the first `MAX_ERRORS_LISTED`). Its cost does not grow with the body: every
+        client list is fail-fast (`limits.fail_fast_list`), and the errors are built
+        without their input values.
     """
     if not isinstance(data, dict):
         raise bad_request("Request body must be a JSON object.")
     try:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        first = errors[0]
-        param = field_path(first["loc"]) or None
-        summary = "; ".join(f"{field_path(e['loc']) or 'body'}: {_message(model, e)}" for e in errors[:5])
-        raise bad_request(f"{len(errors)} validation error(s): {summary}", param=param) from None
+        errors = exc.errors(include_url=False, include_context=False, include_input=False)
+        param = field_path(errors[0]["loc"]) or None
+        listed = "; ".join(f"{field_path(e['loc']) or 'body'}: {_message(model, e)}"
+                           for e in errors[:MAX_ERRORS_LISTED])
+        more = f"; and {len(errors) - MAX_ERRORS_LISTED} more" if len(errors) > MAX_ERRORS_LISTED else ""
+        raise bad_request(f"{len(errors)} validation error(s): {listed}{more}", param=param) from None
 
 
 _UNION_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "none", "bytes", "any"})

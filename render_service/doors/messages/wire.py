@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from ...wire.generate import GenerateResponse
-from ...wire.limits import MAX_MESSAGES, PassThrough, bounded_list, check_stops
+from ...wire.limits import MAX_MESSAGES, PassThrough, bounded_list, check_stops, fail_fast_list
 from ...wire.openai import VllmTypedFields
 from ..wire import LOOSE, DerenderCommon, Lenient
 
@@ -32,7 +32,7 @@ class AnthropicBlock(Lenient):
     tool_use_id: str | None = None
     name: str | None = None
     input: PassThrough | None = None
-    content: str | list[PassThrough] | None = None
+    content: str | fail_fast_list(PassThrough) | None = None
     is_error: bool | None = None
     thinking: str | None = None
     signature: str | None = None
@@ -42,7 +42,7 @@ class AnthropicBlock(Lenient):
 
 class AnthropicMessage(Lenient):
     role: Literal["user", "assistant", "system"]
-    content: str | list[AnthropicBlock]
+    content: str | fail_fast_list(AnthropicBlock)
 
 
 class AnthropicTool(Lenient):
@@ -77,17 +77,17 @@ class AnthropicMessagesRequest(VllmTypedFields):
     model: str = Field(min_length=1)
     messages: bounded_list(AnthropicMessage, MAX_MESSAGES)
     max_tokens: int = Field(gt=0)
-    system: str | list[AnthropicBlock] | None = None
+    system: str | fail_fast_list(AnthropicBlock) | None = None
     metadata: PassThrough | None = None
     output_config: PassThrough | None = None
     thinking: AnthropicThinking | None = None
-    stop_sequences: Annotated[list[str] | None, Field(max_length=4), AfterValidator(check_stops)] = None
+    stop_sequences: Annotated[fail_fast_list(str) | None, Field(max_length=4), AfterValidator(check_stops)] = None
     stream: bool | None = False
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
     tool_choice: AnthropicToolChoice | None = None
-    tools: list[AnthropicTool] | None = None
+    tools: fail_fast_list(AnthropicTool) | None = None
     cache_salt: str | None = Field(default=None, min_length=1, max_length=1024)
     kv_transfer_params: PassThrough | None = None
     ec_transfer_params: PassThrough | None = None
@@ -131,6 +131,6 @@ class PipeHeader(BaseModel):
 
     model_config = LOOSE
     model: str | None = None
-    prompt_token_ids: list[int] | None = None
+    prompt_token_ids: fail_fast_list(int) | None = None
     prompt_tokens: int | None = Field(None, ge=0)
     messages_request: AnthropicMessagesRequest | None = None

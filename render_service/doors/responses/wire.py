@@ -13,7 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from ...wire.generate import GenerateResponse
-from ...wire.limits import MAX_MESSAGES, LogitBias, PassThrough, StopStrings, bounded_list
+from ...wire.limits import (MAX_MESSAGES, LogitBias, PassThrough, RequestId, StopStrings, bounded_list,
+                            fail_fast_list)
 from ...wire.openai import VllmTypedFields
 from ...wire.validate import check_types
 from ..wire import LOOSE, DerenderCommon
@@ -81,12 +82,12 @@ class ResponsesRequest(VllmTypedFields):
     max_output_tokens: int | None = Field(default=None, ge=1)
     previous_response_id: str | None = None
     prompt: Any = None
-    tools: list[PassThrough] = Field(default_factory=list)
+    tools: fail_fast_list(PassThrough) = Field(default_factory=list)
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] = "auto"
     parallel_tool_calls: bool | None = True
     text: PassThrough | None = None
     reasoning: PassThrough | None = None
-    include: list[RESPONSES_INCLUDABLE] | None = None
+    include: fail_fast_list(RESPONSES_INCLUDABLE) | None = None
     include_reasoning: bool = True
     top_logprobs: int | None = Field(default=0, ge=0, le=20)
     truncation: Literal["auto", "disabled"] | None = "disabled"
@@ -99,7 +100,7 @@ class ResponsesRequest(VllmTypedFields):
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
     stop: StopStrings = None
-    stop_token_ids: list[int] | None = None
+    stop_token_ids: fail_fast_list(int) | None = None
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool | None = None
@@ -114,7 +115,7 @@ class ResponsesRequest(VllmTypedFields):
     user: str | None = None
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] = "auto"
     max_tool_calls: int | None = None
-    request_id: str | None = None
+    request_id: RequestId | None = None
     cache_salt: str | None = Field(default=None, min_length=1, max_length=1024)
     priority: int = 0
     kv_transfer_params: PassThrough | None = None
@@ -192,6 +193,6 @@ class PipeHeader(BaseModel):
 
     model_config = LOOSE
     model: str | None = None
-    prompt_token_ids: list[int] | None = None
+    prompt_token_ids: fail_fast_list(int) | None = None
     prompt_tokens: int | None = Field(None, ge=0)
     responses_request: ResponsesRequest | None = None
