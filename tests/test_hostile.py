@@ -523,7 +523,7 @@ def test_drive_shutdown_ends_streams_with_an_error_event_and_aborts_the_engine(t
     from render_service.serve.config import ServeConfig
     from render_service.driver.app import create_app as create_driver_app
     from render_service.driver.config import DriverConfig
-    from render_service.driver.drain import CUT_MARGIN_S, DrainingServer
+    from render_service.http.drain import CUT_MARGIN_S, DrainingServer
     from render_service.driver.flow import Driver
     from render_service.serve.server import load_bundle
 

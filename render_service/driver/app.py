@@ -37,10 +37,10 @@ from ..http import info_routes
 from ..http.connections import BodyLimits
 from ..http.common import JSONResponse, error_response, http_error_response, read_json
 from ..doors import DOORS
-from .drain import Drain, answer_cut, shutting_down
+from ..http.drain import Drain, answer_cut, shutting_down
 from .flow import Driver
 from .legs import RequestScope
-from .responder import Responder
+from ..http.responder import Responder
 from .upstream import error_from_exception
 
 

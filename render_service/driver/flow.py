@@ -51,7 +51,7 @@ from .conversations import KVReuse, conversation_key
 from .doors import DoorFlow, Sent
 from .hops import LocalHops, RemoteHops
 from .legs import Collected, Leg, RequestScope, Upstreams, relay
-from .responder import Responder, client_chunk
+from ..http.responder import Responder, client_chunk
 from .timing import DriverMetrics, HopTimer
 from .upstream import HopError
 

@@ -63,12 +63,14 @@ class Overloaded(OpenAIError):
         self.retry_after_s = retry_after_s
 
 
+ANTHROPIC_PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
+"""The routes that answer in Anthropic's error shape (``/v1/messages/render`` is vLLM's, OpenAI-shaped)."""
+
+
 def anthropic_shaped(path: str) -> bool:
     """True for the routes whose errors are in Anthropic's shape: ``/v1/messages`` and its
-    ``count_tokens`` (`common.ANTHROPIC_PATHS`) and the Messages derender routes (their
+    ``count_tokens`` (`ANTHROPIC_PATHS`) and the Messages derender routes (their
     API's shape); ``/v1/messages/render`` is vLLM's and answers in OpenAI's."""
-    from .common import ANTHROPIC_PATHS
-
     path = path.rstrip("/")
     return path in ANTHROPIC_PATHS or path.startswith("/v1/messages/derender")
 

@@ -17,8 +17,8 @@ from starlette.responses import Response
 from ..serve.config import ServeConfig
 from ..errors import OpenAIError, bad_request
 from ..wire.validate import validate  # noqa: F401  (routes import it from here)
-from ..driver.drain import Drain
-from .admission import Admission, error_json, refusal_headers
+from .drain import Drain
+from .admission import ANTHROPIC_PATHS, Admission, error_json, refusal_headers
 from .metrics import ServiceMetrics
 
 T = TypeVar("T")
@@ -110,10 +110,6 @@ async def http_error_response(request: Request, exc: HTTPException) -> JSONRespo
 
         return JSONResponse(anthropic_error_body(err), status_code=err.status, headers=exc.headers)
     return JSONResponse(err.body(), status_code=err.status, headers=exc.headers)
-
-
-ANTHROPIC_PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
-"""The routes that answer in Anthropic's error shape (``/v1/messages/render`` is vLLM's, OpenAI-shaped)."""
 
 
 async def read_json(request: Request, max_bytes: int) -> Any:

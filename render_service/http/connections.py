@@ -48,7 +48,7 @@ from typing import Callable
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ..driver.drain import grace_before_cut
+from .drain import grace_before_cut
 from .admission import Admission, refusal_bytes
 
 _UNSET = object()

@@ -25,8 +25,8 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from ..derender.pipe import PipeSession
-from ..driver.drain import Ended, answer_cut, shutting_down
-from ..driver.responder import Responder
+from .drain import Ended, answer_cut, shutting_down
+from .responder import Responder
 from ..derender.service import Derenderer
 from ..errors import OpenAIError, bad_request
 from ..doors import DOORS

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
     from .server import StartupError
     from ..driver.app import create_app
-    from ..driver.drain import CUT_MARGIN_S, DrainingServer
+    from ..http.drain import CUT_MARGIN_S, DrainingServer
 
     try:
         config = config_from_args(args)

@@ -1,4 +1,4 @@
-"""Graceful shutdown of ``drive`` and of ``serve``'s pipes (issue 14 §8, issue 25).
+"""Graceful shutdown of ``drive`` and of ``serve``'s derender pipes (shared by both: http/ is below driver/).
 
 On SIGTERM uvicorn stops accepting and waits for the requests in flight. A stream of a
 long generation can outlast any grace period, and uvicorn then cancels it mid-body: the
@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import Protocol
 
 import uvicorn
 
@@ -27,9 +27,6 @@ from ..errors import OpenAIError
 from ..wire import sse
 from ..doors.wire import error_body, stream_error_event
 from .responder import Responder
-
-if TYPE_CHECKING:
-    from .legs import RequestScope
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +42,10 @@ class Ended:
     abort_reason: str | None = None
 
 
-Scope = Union["RequestScope", Ended]
+class Scope(Protocol):
+    """A tracked request: the driver's `RequestScope` or an `Ended` (a ``serve`` pipe)."""
+
+    abort_reason: str | None
 
 
 def grace_before_cut(timeout_s: float) -> float:
