@@ -7,9 +7,12 @@ each door's own request models are in ``doors/<door>/wire.py``.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from ..errors import OpenAIError
+from ..wire.generate import GenerateResponse
 from ..wire.limits import fail_fast_list
 
 
@@ -27,6 +30,19 @@ class DerenderCommon(BaseModel):
     model: str | None = None
     prompt_token_ids: fail_fast_list(int) | None = None
     prompt_tokens: int | None = Field(None, ge=0)
+
+
+def derender_bodies(api: str, field: str, request: type[BaseModel]) -> tuple[type, type, type]:
+    """A door's three derender bodies, each carrying the client request under ``field``:
+    ``Derender<api>Request`` (``generate_response``), ``Derender<api>StreamRequest``
+    (``stream: true``, ``generate_chunk`` + ``stream_state``) and the pipe's header line."""
+    whole = create_model(f"Derender{api}Request", __base__=DerenderCommon, stream=(Literal[False], False),
+                         generate_response=(GenerateResponse, ...), **{field: (request, ...)})
+    stream = create_model(f"Derender{api}StreamRequest", __base__=DerenderCommon, stream=(Literal[True], ...),
+                          generate_chunk=(GenerateResponse, ...), stream_state=(dict | None, None),
+                          **{field: (request, ...)})
+    header = create_model(f"{api}PipeHeader", __base__=DerenderCommon, **{field: (request | None, None)})
+    return whole, stream, header
 
 
 # -- errors in each API's shape -------------------------------------------------------

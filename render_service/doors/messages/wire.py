@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
-from ...wire.generate import GenerateResponse
 from ...wire.limits import MAX_MESSAGES, PassThrough, bounded_list, check_stops, fail_fast_list
 from ...wire.openai import VllmTypedFields
-from ..wire import LOOSE, DerenderCommon, Lenient
+from ..wire import Lenient, derender_bodies
 
 
 _BLOCK_TYPES = ("text", "image", "tool_use", "tool_result", "tool_reference", "thinking", "redacted_thinking")
@@ -113,24 +112,5 @@ class AnthropicCountTokensRequest(AnthropicMessagesRequest):
         return self
 
 
-class DerenderMessagesRequest(DerenderCommon):
-    stream: Literal[False] = False
-    generate_response: GenerateResponse
-    messages_request: AnthropicMessagesRequest
-
-
-class DerenderMessagesStreamRequest(DerenderCommon):
-    stream: Literal[True]
-    generate_chunk: GenerateResponse
-    stream_state: dict | None = None
-    messages_request: AnthropicMessagesRequest
-
-
-class PipeHeader(BaseModel):
-    """First line of ``POST /v1/messages/derender/pipe``."""
-
-    model_config = LOOSE
-    model: str | None = None
-    prompt_token_ids: fail_fast_list(int) | None = None
-    prompt_tokens: int | None = Field(None, ge=0)
-    messages_request: AnthropicMessagesRequest | None = None
+# the derender bodies (``POST /v1/messages/derender``, ``…/pipe``'s header line)
+DerenderMessagesRequest, DerenderMessagesStreamRequest, PipeHeader = derender_bodies("Messages", "messages_request", AnthropicMessagesRequest)

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from ...wire.generate import GenerateResponse
 from ...wire.limits import (MAX_MESSAGES, LogitBias, PassThrough, RequestId, StopStrings, bounded_list,
                             fail_fast_list)
 from ...wire.openai import VllmTypedFields
 from ...wire.validate import check_types
-from ..wire import LOOSE, DerenderCommon
+from ..wire import derender_bodies
 
 
 _MESSAGE_ROLES = ("user", "assistant", "system", "developer")
@@ -174,25 +173,5 @@ class ResponsesRequest(VllmTypedFields):
         return self
 
 
-
-class DerenderResponsesRequest(DerenderCommon):
-    stream: Literal[False] = False
-    generate_response: GenerateResponse
-    responses_request: ResponsesRequest
-
-
-class DerenderResponsesStreamRequest(DerenderCommon):
-    stream: Literal[True]
-    generate_chunk: GenerateResponse
-    stream_state: dict | None = None
-    responses_request: ResponsesRequest
-
-
-class PipeHeader(BaseModel):
-    """First line of ``POST /v1/responses/derender/pipe``."""
-
-    model_config = LOOSE
-    model: str | None = None
-    prompt_token_ids: fail_fast_list(int) | None = None
-    prompt_tokens: int | None = Field(None, ge=0)
-    responses_request: ResponsesRequest | None = None
+# the derender bodies (``POST /v1/responses/derender``, ``…/pipe``'s header line)
+DerenderResponsesRequest, DerenderResponsesStreamRequest, PipeHeader = derender_bodies("Responses", "responses_request", ResponsesRequest)
