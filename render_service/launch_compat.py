@@ -39,15 +39,24 @@ _REFUSED_PREFIX = "vllm_refused__"
 GENERATION_CONFIG_KEYS = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p", "max_new_tokens")
 
 
-def json_object(value: str) -> dict:
-    """argparse type: a JSON object (flags such as `--override-generation-config`)."""
+def _json_of(value: str, kind: type, what: str):
     try:
         parsed = json.loads(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
-    if not isinstance(parsed, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object")
+    if not isinstance(parsed, kind):
+        raise argparse.ArgumentTypeError(f"must be {what}")
     return parsed
+
+
+def json_object(value: str) -> dict:
+    """argparse type: a JSON object (flags such as `--override-generation-config`)."""
+    return _json_of(value, dict, "a JSON object")
+
+
+def json_list(value: str) -> list:
+    """argparse type: a JSON list (vLLM's CORS flags)."""
+    return _json_of(value, list, 'a JSON list, e.g. ["*"]')
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -182,17 +191,6 @@ def _negative(option: str, first: str) -> bool:
         if first.startswith(on) and option.startswith(off):
             return True
     return False
-
-
-def json_list(value: str) -> list:
-    """argparse type: a JSON list (vLLM's CORS flags)."""
-    try:
-        parsed = json.loads(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
-    if not isinstance(parsed, list):
-        raise argparse.ArgumentTypeError('must be a JSON list, e.g. ["*"]')
-    return parsed
 
 
 def _accepted(value: Any, accepted: tuple) -> bool:
