@@ -155,28 +155,11 @@ def test_missing_plugin_fails(tmp_path, fails_fast):
     assert "--tool-parser-plugin" in err
 
 
-@contextlib.contextmanager
 def _serve(*argv: str, scheme: str = "http", **client_options):
-    """`render-service serve ARGV` as a subprocess on a free port; yields (client, process).
-    ``client_options`` go to the `httpx.Client` (TLS: ``verify``, ``cert``)."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "render_service.serve.cli", "serve", *argv, "--host", "127.0.0.1",
-                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    client = httpx.Client(base_url=f"{scheme}://127.0.0.1:{port}", timeout=30, **client_options)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, proc.stderr.read()
-            with contextlib.suppress(httpx.TransportError):
-                if client.get("/health").status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "server did not come up"
-            time.sleep(0.2)
-        yield client, proc
-    finally:
-        client.close()
-        proc.terminate()
-        proc.wait(timeout=20)
+    """`render-service serve ARGV` as a subprocess on a free port; yields (client, process)."""
+    from cli_server import serve
+
+    return serve(*argv, scheme=scheme, **client_options)
 
 
 def _stderr(proc) -> str:

@@ -15,15 +15,14 @@ from __future__ import annotations
 import contextlib
 import json
 import ssl
-import subprocess
-import sys
 import time
 import uuid
 
 import httpx
 import pytest
 
-from conftest import MODELS, free_port, needs_shared
+from cli_server import serve
+from conftest import MODELS, needs_shared
 
 QWEN_VL = MODELS / "qwen2.5-vl-instruct"
 KEY = "router-key-0123456789"
@@ -68,32 +67,14 @@ def _serve(tmp_path_factory, make_pki, endpoint, spans):
     adapter = folder / "sql-lora"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 8}))
-    port = free_port()
-    proc = subprocess.Popen([
-        sys.executable, "-m", "render_service.serve.cli", "serve", str(QWEN_VL), "--served-model-name", ALIAS,
-        "--host", "127.0.0.1", "--port", str(port), "--api-key", KEY, "--lora-modules", f"sql-lora={adapter}",
-        "--ssl-certfile", str(pki.server_cert), "--ssl-keyfile", str(pki.server_key),
-        "--ssl-ca-certs", str(pki.ca), "--ssl-cert-reqs", "2",
-        *(["--otlp-traces-endpoint", endpoint] if endpoint else [])], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        text=True)
     context = ssl.create_default_context(cafile=str(pki.ca))
     context.load_cert_chain(str(pki.client_cert), str(pki.client_key))
-    client = httpx.Client(base_url=f"https://127.0.0.1:{port}", verify=context, timeout=120,
-                          headers={"Authorization": f"Bearer {KEY}"})
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert proc.poll() is None, proc.stderr.read()
-            with contextlib.suppress(httpx.TransportError):
-                if client.get("/health").status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "server did not come up"
-            time.sleep(0.3)
+    with serve(str(QWEN_VL), "--served-model-name", ALIAS, "--api-key", KEY, "--lora-modules", f"sql-lora={adapter}",
+               "--ssl-certfile", str(pki.server_cert), "--ssl-keyfile", str(pki.server_key),
+               "--ssl-ca-certs", str(pki.ca), "--ssl-cert-reqs", "2",
+               *(["--otlp-traces-endpoint", endpoint] if endpoint else []),
+               scheme="https", timeout=180, verify=context, headers={"Authorization": f"Bearer {KEY}"}) as (client, _):
         yield client, "sql-lora", spans
-    finally:
-        client.close()
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def _post(client: httpx.Client, path: str, body: dict, **headers) -> httpx.Response:

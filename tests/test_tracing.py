@@ -53,24 +53,10 @@ def _receiver():
 
 @contextlib.contextmanager
 def _server(*argv: str):
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "render_service.serve.cli", "serve", *argv, "--host", "127.0.0.1",
-                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, proc.stderr.read()
-            with contextlib.suppress(httpx.TransportError):
-                if client.get("/health").status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "server did not come up"
-            time.sleep(0.2)
+    from cli_server import serve
+
+    with serve(*argv) as (client, _):
         yield client
-    finally:
-        client.close()
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -15,6 +15,7 @@ goes to a real `render-service serve` (a subprocess, same flags) on loopback, an
 
 from __future__ import annotations
 
+import datetime
 import fnmatch
 import json
 import re
@@ -82,12 +83,38 @@ def schema_errors(name: str, body) -> list[str]:
 # ----------------------------------------------------------------------------------------------
 # our server, started like vLLM's
 
+# Templates that print today's date (Llama 3.2, gpt-oss: strftime_now) rendered on the day vLLM
+# answered: our server runs with that day as its template clock (the time of day stays real).
+_AT_DAY = ("import datetime, sys\n"
+           "import render_service.model.templates as templates\n"
+           "day = datetime.date.fromisoformat('{day}')\n"
+           "templates._strftime_now = lambda fmt: datetime.datetime.combine(day, datetime.datetime.now().time())"
+           ".strftime(fmt)\n"
+           "templates._ENV.globals['strftime_now'] = templates._strftime_now\n"
+           "from render_service.serve.cli import main\n"
+           "sys.exit(main(sys.argv[1:]))\n")
+
+
+def recording_day(recording: dict) -> str | None:
+    """The local date vLLM rendered ``recording`` on: its ``recorded_on`` (record.py writes it),
+    else the day of the first derender answer's ``created`` timestamp; None when neither is known."""
+    if recording.get("recorded_on"):
+        return recording["recorded_on"]
+    for case in recording.get("derender", []):
+        created = (case.get("response") or {}).get("created") if isinstance(case.get("response"), dict) else None
+        if isinstance(created, int):
+            return datetime.date.fromtimestamp(created).isoformat()
+    return None
+
+
 class OurServer:
     """`render-service serve MODEL --host 127.0.0.1 --port P <the recorded vLLM flags>` as a subprocess."""
 
     def __init__(self, recording: dict) -> None:
+        day = recording_day(recording)
         exe = shutil.which("render-service")
-        cmd = [exe] if exe else [sys.executable, "-m", "render_service.serve.cli"]
+        cmd = [exe] if exe and day is None else [sys.executable, "-c", _AT_DAY.format(day=day)] if day else \
+            [sys.executable, "-m", "render_service.serve.cli"]
         self.port = free_port()
         self.proc = subprocess.Popen(
             [*cmd, "serve", str(MODELS / recording["model"]), "--host", "127.0.0.1", "--port", str(self.port),

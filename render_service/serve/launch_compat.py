@@ -39,20 +39,30 @@ _REFUSED_PREFIX = "vllm_refused__"
 GENERATION_CONFIG_KEYS = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p", "max_new_tokens")
 
 
-def json_object(value: str) -> dict:
-    """argparse type: a JSON object (flags such as `--override-generation-config`)."""
+def _json_of(value: str, kind: type, what: str):
     try:
         parsed = json.loads(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
-    if not isinstance(parsed, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object")
+    if not isinstance(parsed, kind):
+        raise argparse.ArgumentTypeError(f"must be {what}")
     return parsed
 
 
+def json_object(value: str) -> dict:
+    """argparse type: a JSON object (flags such as `--override-generation-config`)."""
+    return _json_of(value, dict, "a JSON object")
+
+
+def json_list(value: str) -> list:
+    """argparse type: a JSON list (vLLM's CORS flags)."""
+    return _json_of(value, list, 'a JSON list, e.g. ["*"]')
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The honoured `vllm launch render` flags ``serve`` lacks, then every other vLLM option
-    as accepted-without-effect. Call after all of ``serve``'s own arguments are defined."""
+    """The honoured `vllm launch render` flags ``serve`` lacks, then every other vLLM option:
+    parsed into the no-meaning group (`vllm_flags.NO_MEANING_HERE`, see `ignored_flags`) or the
+    refused one (`refused_flags`). Call after all of ``serve``'s own arguments are defined."""
     g = p.add_argument_group("vllm launch render compatibility")
     g.add_argument("--tokenizer", default=None,
                    help="tokenizer (and chat template) directory when it differs from MODEL; generation_config "
@@ -107,8 +117,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     tls.add_argument("--ssl-ciphers", default=None, help="OpenSSL cipher list (TLS 1.2 and below)")
     g.add_argument("--lora-modules", nargs="+", action=LoraModulesAction, default=None,
                    help="LoRA adapter names served as models: name=path, or JSON "
-                        '{"name": N, "path": P, "base_model_name": B} (several, or a JSON list); the base model\'s '
-                        "tokenizer and template render them, and `model` passes through to the engine")
+                        '{"name": N, "path": P, "base_model_name": B} (several); the base model\'s tokenizer and '
+                        "template render them, and `model` passes through to the engine")
     g.add_argument("--otlp-traces-endpoint", default=None,
                    help="export an OpenTelemetry trace per request (OTLP/HTTP protobuf, e.g. http://collector:4318; "
                         "continues the caller's traceparent); needs pip install 'render-service[otel]'")
@@ -119,8 +129,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for options, arity in VLLM_LAUNCH_RENDER_OPTIONS:
         if any(o in known for o in options):
             continue  # honoured: defined above or by `serve`
-        dest = (_NOOP_PREFIX if options[0] in NO_MEANING_HERE else _REFUSED_PREFIX) + options[0].lstrip("-").replace("-", "_")
-        group = noop if options[0] in NO_MEANING_HERE else refused
+        meaningless = options[0] in NO_MEANING_HERE
+        dest = (_NOOP_PREFIX if meaningless else _REFUSED_PREFIX) + options[0].lstrip("-").replace("-", "_")
+        group = noop if meaningless else refused
         if arity == 0:
             group.add_argument(*options, dest=dest, nargs=0, action=_Given, default=None, help=argparse.SUPPRESS)
         else:
@@ -170,6 +181,8 @@ class LoraModulesAction(argparse.Action):
 
 
 class _AlwaysOn(argparse.Action):
+    """A switch whose every spelling leaves render-service doing what it always does."""
+
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         setattr(namespace, self.dest, True)
 
@@ -182,17 +195,6 @@ def _negative(option: str, first: str) -> bool:
         if first.startswith(on) and option.startswith(off):
             return True
     return False
-
-
-def json_list(value: str) -> list:
-    """argparse type: a JSON list (vLLM's CORS flags)."""
-    try:
-        parsed = json.loads(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
-    if not isinstance(parsed, list):
-        raise argparse.ArgumentTypeError('must be a JSON list, e.g. ["*"]')
-    return parsed
 
 
 def _accepted(value: Any, accepted: tuple) -> bool:
@@ -220,7 +222,8 @@ def refused_flags(args: argparse.Namespace) -> list[str]:
         first = "--" + key[len(_REFUSED_PREFIX):].replace("_", "-")
         reason, accepted = NOT_SERVED.get(first, ("render-service does not serve it", ()))
         if not _accepted(value, accepted):
-            shown = option if isinstance(value, bool) else f"{option} {' '.join(value) if isinstance(value, list) else value}"
+            typed = " ".join(value) if isinstance(value, list) else value
+            shown = option if isinstance(value, bool) else f"{option} {typed}"
             lines.append(f"{shown}: not served by render-service ({reason})")
     return lines
 
@@ -584,7 +587,8 @@ def check_lora_modules(config) -> None:
         try:
             json.loads((Path(path) / "adapter_config.json").read_text())
         except OSError as exc:
-            raise StartupCheckError(f"{where}: cannot read {path}/adapter_config.json ({exc.strerror or exc})") from None
+            raise StartupCheckError(f"{where}: cannot read {path}/adapter_config.json "
+                                    f"({exc.strerror or exc})") from None
         except ValueError:
             raise StartupCheckError(f"{where}: {path}/adapter_config.json is not JSON") from None
         for file in _VOCABULARY_FILES:

@@ -4,6 +4,9 @@ Generated from ``tests/fixtures/vllm/recorded/launch-render-flags.json`` (record
 own parser by ``tests/fixtures/vllm/record_vllm_python.py``); ``tests/test_launch_compat.py``
 checks the two agree. Each row: (option strings, arity) with arity 0 for a switch, 1 for one
 value, or argparse's ``"+"`` / ``"*"`` / ``"?"``.
+
+Below the table, by hand: `NO_MEANING_HERE` and `NOT_SERVED`, the two kinds of flag
+`render-service serve` parses but does not honour (`launch_compat` explains the rule).
 """
 
 VLLM_LAUNCH_RENDER_OPTIONS: tuple[tuple[tuple[str, ...], int | str], ...] = (
