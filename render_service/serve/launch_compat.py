@@ -674,7 +674,7 @@ class RequestIdHeaderMiddleware:
             return
         import uuid
 
-        from .wire.limits import MAX_REQUEST_ID_CHARS
+        from ..wire.limits import MAX_REQUEST_ID_CHARS
 
         given = dict(scope.get("headers") or []).get(b"x-request-id")
         # one too long to echo is refused by the app (http.admission); its 400 does not repeat it
