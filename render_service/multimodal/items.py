@@ -30,11 +30,17 @@ class Field:
 
 @dataclass(frozen=True)
 class ProcessedItem:
-    """A processed media item: its tensors and how many placeholder tokens it expands to."""
+    """A processed media item: its tensors and what its placeholder token becomes in the prompt.
+
+    ``replacement`` is the token ids that replace the one token the chat template wrote for the
+    item (Gemma 3: ``\n\n<start_of_image>`` + 256 soft tokens + ``<end_of_image>\n\n``);
+    None means ``num_tokens`` copies of that token (Qwen-VL, LLaVA).
+    """
 
     modality: str
     fields: dict[str, Field]
     num_tokens: int
+    replacement: tuple[int, ...] | None = None
 
     @property
     def nbytes(self) -> int:

@@ -34,8 +34,10 @@ def _bfloat16_bytes(data: np.ndarray) -> bytes:
 def _tensor(f: Field) -> list:
     if f.wire_dtype == "bfloat16":
         return ["bfloat16", list(f.data.shape), msgspec.msgpack.Ext(_RAW_VIEW, _bfloat16_bytes(f.data))]
-    data = np.ascontiguousarray(f.data)
-    return [data.dtype.name, list(data.shape), msgspec.msgpack.Ext(_RAW_VIEW, data.data)]
+    if f.wire_dtype == "float16":   # NumPy's float32 -> float16 rounds to nearest even, as torch's .to(float16)
+        return ["float16", list(f.data.shape), msgspec.msgpack.Ext(_RAW_VIEW, np.ascontiguousarray(f.data, np.float16).tobytes())]
+    data = np.ascontiguousarray(f.data)   # (0-d arrays come back 1-d: the shape is taken from f.data)
+    return [data.dtype.name, list(f.data.shape), msgspec.msgpack.Ext(_RAW_VIEW, data.data)]
 
 
 def _descriptor(f: Field) -> list:
