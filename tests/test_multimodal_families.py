@@ -30,12 +30,8 @@ from test_multimodal_pipeline import assert_payload_equal  # noqa: E402
 RENDER = "/v1/chat/completions/render"
 RECORDINGS = {p.stem.removeprefix("answers_"): json.loads(p.read_text()) for p in sorted(FIXTURES.glob("answers_*.json"))}
 
-# (family, case) -> why our answer differs from vLLM's on purpose: refused with a 400 instead
-DIFFERENCES: dict[tuple[str, str], str] = {
-    **{("qwen3_vl", c["name"]): "Qwen3-VL video (own frame sampling, a <t seconds> timestamp before each frame) is "
-       "not implemented: a clear 400, never Qwen2-VL's rule"
-       for c in RECORDINGS.get("qwen3_vl", {}).get("cases", []) if "video" in c["name"]},
-}
+# (family, case) -> why our answer differs from vLLM's on purpose (a 400 instead); none so far
+DIFFERENCES: dict[tuple[str, str], str] = {}
 
 
 def _model_type(family: str) -> str:

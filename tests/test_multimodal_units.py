@@ -266,3 +266,23 @@ def test_broken_images_as_vllms_loader(name, broken_variants):
 def test_decoded_size_is_the_decoded_arrays(case):
     data = image_bytes(case["name"].removeprefix("single_"))
     assert decoded_size(data) == decode_rgb(data).shape[:2]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_normalize_table_equals_normalizing_every_pixel(dtype):
+    """The 3 x 256 table (compiled gather and NumPy gathers) gives the bytes of (x - mean) / std per pixel, then the cast."""
+    from render_service.multimodal.processors import normalize
+    from render_service.multimodal.serde import bfloat16_bits
+
+    rgb = np.random.default_rng(3).integers(0, 256, (37, 53, 3), dtype=np.uint8)
+    mean, std = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
+    m, s = normalize.fused_mean_std(mean, std, 1 / 255)
+    direct = (rgb.transpose(2, 0, 1).astype(np.float32) - m[:, None, None]) / s[:, None, None]
+    want = bfloat16_bits(direct).tobytes() if dtype == "bfloat16" else direct.astype(np.float16).tobytes()
+    table = normalize.NormalizeTable(mean, std, 1 / 255, dtype)
+    assert table.chw(rgb).tobytes() == want
+    kernel, normalize._gather_kernel = normalize._gather_kernel, None
+    try:
+        assert table.chw(rgb).tobytes() == want
+    finally:
+        normalize._gather_kernel = kernel

@@ -204,24 +204,36 @@ class MultimodalRenderer:
         return LoadedItem(part.modality, mm_hash, entry)
 
     def _process_video(self, part: MediaPart, media: MediaBytes, tensors: bool = True) -> LoadedItem:
-        """A ``data:video/jpeg`` frame sequence (vLLM's decoder-free form) or a container (OpenCV)."""
+        """A ``data:video/jpeg`` frame sequence (vLLM's decoder-free form) or a container (OpenCV).
+
+        The processor may bring its own loader sampling (``video_indices(total, fps)``) and
+        frame preparation (``prepare_video(frames, metadata) -> (frames, context)``, the context
+        handed to ``process_video`` / ``video_prompt``); the defaults are Qwen2-VL's.
+        """
         if not hasattr(self.processor, "process_video"):
             raise bad_request("This model does not accept video inputs.", part.param)
         if media.media_type == JPEG_SEQUENCE:
             frames, metadata = decode_jpeg_sequence(media.data, self.config.max_image_pixels, part.param)
         else:
-            frames, metadata = decode_container(media.data, self.config.max_image_pixels, part.param)
+            frames, metadata = decode_container(media.data, self.config.max_image_pixels, part.param,
+                                                getattr(self.processor, "video_indices", None))
         mm_hash = part.uuid if part.uuid is not None else video_hash(
             self.config.model_id, media.data, frames, metadata, self.config.hash_algorithm)
         entry = self.cache.get(mm_hash)
-        if entry is None and not tensors and hasattr(self.processor, "video_num_tokens"):
-            # the hash needs the decoded frames; the count needs only their number and size
-            used, _ = sample_for_processor(frames, metadata, self.processor.temporal_patch_size)
-            entry = CachedItem.count_only(self.processor.video_num_tokens(len(used), used.shape[1], used.shape[2], part.param))
-            self.cache.put(mm_hash, entry)
-        elif entry is None or (tensors and not entry.has_payload):
-            used, sampled_fps = sample_for_processor(frames, metadata, self.processor.temporal_patch_size)
-            entry = CachedItem(self.processor.process_video(used, sampled_fps, part.param))
+        if entry is None or (tensors and not entry.has_payload):
+            prepare = getattr(self.processor, "prepare_video", None)
+            if prepare is not None:
+                used, context = prepare(frames, metadata)
+            else:
+                used, context = sample_for_processor(frames, metadata, self.processor.temporal_patch_size)
+            if not tensors and hasattr(self.processor, "video_prompt"):
+                # the hash needs the decoded frames; the prompt needs only their number, size and times
+                count, replacement = self.processor.video_prompt(len(used), used.shape[1], used.shape[2], context, part.param)
+                entry = CachedItem.count_only(count, replacement)
+            elif not tensors and hasattr(self.processor, "video_num_tokens"):
+                entry = CachedItem.count_only(self.processor.video_num_tokens(len(used), used.shape[1], used.shape[2], part.param))
+            else:
+                entry = CachedItem(self.processor.process_video(used, context, part.param))
             self.cache.put(mm_hash, entry)
         return LoadedItem(part.modality, mm_hash, entry)
 

@@ -36,7 +36,7 @@ from ..items import Field, ProcessedItem
 from ..prompt_updates import replace_token_matches
 from ..resize import resize_aa
 from .llava import _read_json
-from .normalize import fused_mean_std, model_dtype, normalize_chw
+from .normalize import NormalizeTable, model_dtype
 
 _RESAMPLE = {2: "bilinear", 3: "bicubic"}
 
@@ -98,6 +98,7 @@ class Gemma3Processor:
     _encode: Any = None
     _merges: tuple = ()
     _replacements: dict = field(default_factory=dict)
+    _table: NormalizeTable | None = None
 
     @property
     def placeholder_tokens(self) -> dict[str, str]:
@@ -185,14 +186,15 @@ class Gemma3Processor:
 
     def process_image(self, rgb: np.ndarray, param: str | None = None) -> ProcessedItem:
         """One decoded RGB image ``[H, W, 3]`` uint8 → the ``image`` item vLLM builds."""
-        mean, std = fused_mean_std(list(self.mean), list(self.std), self.rescale_factor)
+        if self._table is None:
+            self._table = NormalizeTable(list(self.mean), list(self.std), self.rescale_factor, self.dtype)
         views = [rgb] + self._crops(rgb)
-        pixels = np.stack([normalize_chw(resize_aa(np.ascontiguousarray(v), self.height, self.width, self.resample), mean, std)
+        pixels = np.stack([self._table.chw(resize_aa(np.ascontiguousarray(v), self.height, self.width, self.resample))
                            for v in views])
         return ProcessedItem(
             modality="image",
             fields={
-                "pixel_values": Field(pixels, "flat", wire_dtype=self.dtype),
+                "pixel_values": Field(pixels, "flat", wire_dtype="bfloat16" if self.dtype == "bfloat16" else None),
                 "num_patches": Field(np.array(len(views), dtype=np.int64), "batched", keep_on_cpu=True),
             },
             num_tokens=len(views) * self.image_seq_length,

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
 from ..items import Field, ProcessedItem
 from ..resize import resize_bicubic_aa
-from .normalize import fused_mean_std, model_dtype, normalize_chw
+from .normalize import NormalizeTable, model_dtype
 
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -101,20 +102,24 @@ class LlavaProcessor:
         """Placeholder tokens of an image: the same for every size."""
         return self.num_image_tokens
 
+    @cached_property
+    def _table(self) -> NormalizeTable:
+        return NormalizeTable(list(self.mean), list(self.std), self.rescale_factor, self.dtype)
+
     def pixels(self, rgb: np.ndarray) -> np.ndarray:
-        """Decoded RGB ``[H, W, 3]`` uint8 → normalized float32 ``[3, crop_h, crop_w]``."""
+        """Decoded RGB ``[H, W, 3]`` uint8 → normalized ``[3, crop_h, crop_w]`` in the wire dtype
+        (float16; bfloat16 as uint16 bit patterns)."""
         height, width = shortest_edge_size(rgb.shape[0], rgb.shape[1], self.shortest_edge)
         resized = resize_bicubic_aa(rgb, height, width)
         top, left = int((height - self.crop_height) / 2.0), int((width - self.crop_width) / 2.0)
-        cropped = resized[top:top + self.crop_height, left:left + self.crop_width]
-        mean, std = fused_mean_std(list(self.mean), list(self.std), self.rescale_factor)
-        return normalize_chw(cropped, mean, std)
+        return self._table.chw(resized[top:top + self.crop_height, left:left + self.crop_width])
 
     def process_image(self, rgb: np.ndarray, param: str | None = None) -> ProcessedItem:
         """One decoded RGB image ``[H, W, 3]`` uint8 → the ``image`` item vLLM builds."""
+        wire = "bfloat16" if self.dtype == "bfloat16" else None
         return ProcessedItem(
             modality="image",
-            fields={"pixel_values": Field(self.pixels(rgb), "batched", wire_dtype=self.dtype)},
+            fields={"pixel_values": Field(self.pixels(rgb), "batched", wire_dtype=wire)},
             num_tokens=self.num_image_tokens,
         )
 

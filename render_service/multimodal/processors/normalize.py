@@ -6,11 +6,19 @@ pixels: transformers fuses rescale into normalize (``mean / rescale_factor``,
 then ``(x - mean) / std`` in float32 (``tvF.normalize``); vLLM casts floating tensors to the
 model dtype (``InputProcessingContext._postprocess_output``). Float32 NumPy arithmetic is
 IEEE-identical to PyTorch's CPU kernels here, so the bytes match.
+
+An output value depends only on its channel and its uint8 input, so `NormalizeTable` computes
+the 3 × 256 results once, already in the wire dtype, and a frame is three gathers: the same
+bytes as normalizing then casting every pixel, at a fraction of the cost (a 896² frame in
+bfloat16: ~3 ms instead of ~90).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from ..jit import compile_kernel
+from ..serde import bfloat16_bits
 
 # vLLM's dtype for a model on the CPU platform (x86/aarch64 support bfloat16, float16,
 # float32; "auto" keeps the config's dtype and turns float32 into the preferred bfloat16).
@@ -31,9 +39,43 @@ def fused_mean_std(mean: list[float], std: list[float], rescale_factor: float) -
     return np.asarray(mean, np.float32) * inv, np.asarray(std, np.float32) * inv
 
 
-def normalize_chw(rgb: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
-    """uint8 ``[H, W, 3]`` → float32 ``[3, H, W]`` ``(x - mean) / std`` (per channel, float32 arithmetic)."""
-    chw = rgb.transpose(2, 0, 1).astype(np.float32)
-    chw -= mean[:, None, None]
-    chw /= std[:, None, None]
-    return chw
+class NormalizeTable:
+    """``(x - mean) / std`` of every uint8 ``x`` per channel, in the wire dtype.
+
+    ``dtype`` ``"float16"`` gives float16 values; ``"bfloat16"`` gives uint16 bit patterns
+    (a `Field` with ``wire_dtype="bfloat16"`` sends them as they are).
+    """
+
+    def __init__(self, mean: list[float], std: list[float], rescale_factor: float, dtype: str):
+        m, s = fused_mean_std(mean, std, rescale_factor)
+        values = (np.arange(256, dtype=np.float32)[None, :] - m[:, None]) / s[:, None]   # [3, 256] float32
+        self.dtype = dtype
+        # 16-bit results are gathered as uint16 bit patterns (numba has no float16 arrays)
+        if dtype == "bfloat16":
+            self.table, self._view = bfloat16_bits(values), None
+        elif dtype == "float16":
+            self.table, self._view = values.astype(np.float16).view(np.uint16), np.float16
+        else:
+            self.table, self._view = values, None
+
+    def chw(self, rgb: np.ndarray) -> np.ndarray:
+        """uint8 ``[H, W, 3]`` → ``[3, H, W]`` normalized values in the wire dtype."""
+        out = np.empty((3,) + rgb.shape[:2], self.table.dtype)
+        if _gather_kernel is not None:
+            _gather_kernel(np.ascontiguousarray(rgb), self.table, out)
+        else:
+            for c in range(3):
+                np.take(self.table[c], rgb[:, :, c], out=out[c])
+        return out if self._view is None else out.view(self._view)
+
+
+def _gather_loop(rgb, table, out):   # pragma: no cover - runs compiled
+    """``out[c, y, x] = table[c, rgb[y, x, c]]`` in one pass over the image."""
+    for y in range(rgb.shape[0]):
+        for x in range(rgb.shape[1]):
+            for c in range(3):
+                out[c, y, x] = table[c, rgb[y, x, c]]
+    return out
+
+
+_gather_kernel = compile_kernel(_gather_loop)   # None without numba: the NumPy gathers
