@@ -115,3 +115,48 @@ def test_recorded_case_equals_vllm(servers, family, case):
 def test_every_difference_names_a_recorded_case():
     recorded = {(f, c["name"]) for f, c in CASES}
     assert all(key in recorded for key in DIFFERENCES if key[0] in RECORDINGS)
+
+
+def _no_pixels(*args, **kwargs):
+    raise AssertionError("mm_payload none decoded or processed an image in full")
+
+
+@pytest.mark.parametrize("family", [f for f in RECORDINGS if f != "minicpmv"])
+def test_none_payload_counts_without_pixels_as_vllm(family, monkeypatch):
+    """Every recorded request of the family, re-sent with ``mm_payload: "none"`` to a fresh server: vLLM's
+    ids, placeholders and hashes, while no image is decoded in full, resized or normalized."""
+    from render_service.multimodal import pipeline
+    from render_service.multimodal.processors import load_processor
+
+    rec = RECORDINGS[family]
+    model = MODELS / rec["model_dir"]
+    if not model.is_dir():
+        pytest.skip(f"../shared/models/{rec['model_dir']} not present")
+    monkeypatch.setattr(pipeline, "decode_rgb", _no_pixels)
+    cls = type(load_processor(model, _TokenizerStub()))
+    for name in ("process_image", "process_video"):
+        if hasattr(cls, name):
+            monkeypatch.setattr(cls, name, _no_pixels)
+    cases = [c for c in rec["cases"] if c["status"] == 200 and (family, c["name"]) not in DIFFERENCES]
+    with render_server(model=str(model), mm_hash_model_id=rec["model_id"], max_model_len=rec["max_model_len"],
+                       served_model_name=(str(model), rec["model_id"])) as url:
+        for case in cases:
+            _require_media(rec, case)
+            body = {**record.resolve(case["request"]), "mm_payload": "none"}
+            resp = httpx.post(url + RENDER, json=body, timeout=300)
+            assert resp.status_code == 200, (case["name"], resp.text[:300])
+            ours, vllm = resp.json(), case["answer"]
+            assert ours["token_ids"] == vllm["token_ids"], case["name"]
+            assert ours["features"]["mm_placeholders"] == vllm["features"]["mm_placeholders"], case["name"]
+            assert ours["features"]["mm_hashes"] == vllm["features"]["mm_hashes"], case["name"]
+            assert ours["features"]["kwargs_data"] is None and ours["features"]["mm_metadata"] is None
+
+
+class _TokenizerStub:
+    """Enough of a tokenizer to build a processor and read its class."""
+
+    def token_to_id(self, token: str) -> int:
+        return 1
+
+    def encode(self, text: str) -> list[int]:
+        return [1]
