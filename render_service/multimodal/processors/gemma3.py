@@ -35,8 +35,8 @@ import numpy as np
 from ..items import Field, ProcessedItem
 from ..prompt_updates import replace_token_matches
 from ..resize import resize_aa
-from .llava import _read_json
 from .normalize import NormalizeTable, model_dtype
+from .qwen2_vl import _read_json
 
 _RESAMPLE = {2: "bilinear", 3: "bicubic"}
 

@@ -19,7 +19,6 @@ Source: vLLM 0.33 ``model_executor/models/llava.py`` (``BaseLlavaMultiModalProce
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -29,6 +28,7 @@ import numpy as np
 from ..items import Field, ProcessedItem
 from ..resize import resize_bicubic_aa
 from .normalize import NormalizeTable, model_dtype
+from .qwen2_vl import _read_json
 
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -123,9 +123,3 @@ class LlavaProcessor:
             num_tokens=self.num_image_tokens,
         )
 
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}

@@ -29,7 +29,6 @@ Source: vLLM 0.33 ``model_executor/models/qwen3_vl.py`` (``get_video_repl``,
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,7 @@ from ...errors import bad_request
 from ..items import Field, ProcessedItem
 from ..resize import resize_bicubic_aa
 from ..video import qwen3_vl_indices
-from .qwen2_vl import Qwen2VLProcessor
+from .qwen2_vl import Qwen2VLProcessor, _read_json
 
 
 def video_smart_resize(num_frames: int, height: int, width: int, temporal_factor: int, factor: int,
@@ -90,10 +89,7 @@ class Qwen3VLProcessor(Qwen2VLProcessor):
     @classmethod
     def from_model_dir(cls, model_dir: Path, config: dict) -> "Qwen3VLProcessor":
         base = Qwen2VLProcessor.from_model_dir(model_dir, config)
-        try:
-            video = json.loads((model_dir / "video_preprocessor_config.json").read_text())
-        except FileNotFoundError:
-            video = {}
+        video = _read_json(model_dir / "video_preprocessor_config.json")
         fields = {name: getattr(base, name) for name in Qwen2VLProcessor.__dataclass_fields__}
         return cls(**fields, video_fps_target=float(video.get("fps") or 2.0))
 
