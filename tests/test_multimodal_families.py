@@ -25,6 +25,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "vllm_mm"
 sys.path.insert(0, str(FIXTURES))
 import media as test_media  # noqa: E402
 record = fixture_module("vllm_mm/record.py")
+families = fixture_module("vllm_mm/record_families.py")
 from test_multimodal_pipeline import assert_payload_equal  # noqa: E402
 
 RENDER = "/v1/chat/completions/render"
@@ -35,7 +36,21 @@ DIFFERENCES: dict[tuple[str, str], str] = {}
 
 
 def _model_type(family: str) -> str:
-    return json.loads((MODELS / RECORDINGS[family]["model_dir"] / "config.json").read_text())["model_type"]
+    base = families.DERIVED[family][0] if family in families.DERIVED else RECORDINGS[family]["model_dir"]
+    return json.loads((MODELS / base / "config.json").read_text())["model_type"]
+
+
+def _model_dir(family: str, tmp_root: Path) -> Path:
+    """The family's model directory: shipped, or derived from one (config files changed) under ``tmp_root``."""
+    if family in families.DERIVED:
+        base = families.DERIVED[family][0]
+        if not (MODELS / base).is_dir():
+            pytest.skip(f"../shared/models/{base} not present")
+        return families.derive(family, MODELS, tmp_root)
+    model = MODELS / RECORDINGS[family]["model_dir"]
+    if not model.is_dir():
+        pytest.skip(f"../shared/models/{RECORDINGS[family]['model_dir']} not present")
+    return model
 
 CASES = [(family, case) for family, rec in RECORDINGS.items() for case in rec["cases"]]
 pytestmark = needs_shared
@@ -57,21 +72,20 @@ _servers: dict = {}
 
 
 @pytest.fixture(scope="module")
-def servers():
+def servers(tmp_path_factory):
     """One server per family, started on first use and stopped at the end of the module."""
     stack = []
-    yield lambda family: _server(family, stack)
+    root = tmp_path_factory.mktemp("derived-models")
+    yield lambda family: _server(family, stack, root)
     for ctx in reversed(stack):
         ctx.__exit__(None, None, None)
     _servers.clear()
 
 
-def _server(family: str, stack: list) -> str:
+def _server(family: str, stack: list, root: Path) -> str:
     if family not in _servers:
         rec = RECORDINGS[family]
-        model = MODELS / rec["model_dir"]
-        if not model.is_dir():
-            pytest.skip(f"../shared/models/{rec['model_dir']} not present")
+        model = _model_dir(family, root)
         # vLLM's context length: Gemma 3's config.json has none and vLLM takes transformers' class default
         ctx = render_server(model=str(model), mm_hash_model_id=rec["model_id"], max_model_len=rec["max_model_len"],
                             served_model_name=(str(model), rec["model_id"]))
@@ -122,16 +136,14 @@ def _no_pixels(*args, **kwargs):
 
 
 @pytest.mark.parametrize("family", [f for f in RECORDINGS if f != "minicpmv"])
-def test_none_payload_counts_without_pixels_as_vllm(family, monkeypatch):
+def test_none_payload_counts_without_pixels_as_vllm(family, monkeypatch, tmp_path):
     """Every recorded request of the family, re-sent with ``mm_payload: "none"`` to a fresh server: vLLM's
     ids, placeholders and hashes, while no image is decoded in full, resized or normalized."""
     from render_service.multimodal import pipeline
     from render_service.multimodal.processors import load_processor
 
     rec = RECORDINGS[family]
-    model = MODELS / rec["model_dir"]
-    if not model.is_dir():
-        pytest.skip(f"../shared/models/{rec['model_dir']} not present")
+    model = _model_dir(family, tmp_path)
     monkeypatch.setattr(pipeline, "decode_rgb", _no_pixels)
     cls = type(load_processor(model, _TokenizerStub()))
     for name in ("process_image", "process_video"):

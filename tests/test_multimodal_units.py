@@ -286,3 +286,17 @@ def test_normalize_table_equals_normalizing_every_pixel(dtype):
         assert table.chw(rgb).tobytes() == want
     finally:
         normalize._gather_kernel = kernel
+
+
+def test_gemma3_pan_and_scan_crops_as_transformers():
+    """The crop grid transformers 5.20.2's Gemma3ImageProcessor made for these sizes (number of crops
+    2 for 1280x720, 4 for 1200x300 and 300x1200, none for 64x64 / 200x150), and off by default."""
+    from render_service.multimodal.processors.gemma3 import Gemma3Processor, PanAndScan
+
+    on = PanAndScan(enabled=True)
+    assert on.grid(720, 1280) == (1, 2) and on.grid(300, 1200) == (1, 4) and on.grid(1200, 300) == (4, 1)
+    assert on.grid(64, 64) == (0, 0) and on.grid(150, 200) == (0, 0)
+    processor = Gemma3Processor(pan_and_scan=on)
+    crops = processor._crops(np.zeros((720, 1280, 3), np.uint8))
+    assert [c.shape for c in crops] == [(720, 640, 3)] * 2
+    assert PanAndScan().grid(300, 1200) == (0, 0)

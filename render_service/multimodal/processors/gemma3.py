@@ -15,9 +15,12 @@ normalization, so an image item is:
   merged newlines split back: so two images with nothing between them overlap (the
   ``\\n\\n\\n\\n`` between them belongs to both) and vLLM refuses them with a 400.
 
-Pan-and-scan is off unless the model's ``preprocessor_config.json`` turns it on
-(``do_pan_and_scan``; transformers' default False; crops: ``pan_and_scan_min_crop_size`` 256,
-``pan_and_scan_max_num_crops`` 4, ``pan_and_scan_min_ratio_to_activate`` 1.2).
+Pan-and-scan is off, whatever ``preprocessor_config.json`` says: vLLM 0.33 resolves it from
+``Gemma3ProcessorKwargs``' defaults (``do_pan_and_scan: False``), which win over the image
+processor's own setting, so only ``--mm-processor-kwargs`` (or trusted per-request kwargs)
+turn it on; render-service takes neither. Recorded: a copy of gemma-3-4b-it with
+``do_pan_and_scan: true`` gets no crops from vLLM (``answers_gemma3_pan_and_scan.json``).
+`PanAndScan` holds the crop rule for that day (checked against transformers' crops).
 
 Source: vLLM 0.33 ``model_executor/models/gemma3_mm.py``; transformers 5.20.2
 ``models/gemma3/image_processing_gemma3.py``, ``processing_gemma3.py``.
@@ -43,7 +46,7 @@ _RESAMPLE = {2: "bilinear", 3: "bicubic"}
 
 @dataclass(frozen=True)
 class PanAndScan:
-    """Gemma 3's pan-and-scan settings (transformers' defaults)."""
+    """Gemma 3's pan-and-scan settings (transformers' defaults; off, as vLLM runs it without --mm-processor-kwargs)."""
 
     enabled: bool = False
     min_crop_size: int = 256
@@ -118,18 +121,12 @@ class Gemma3Processor:
         resample = _RESAMPLE.get(int(pre.get("resample", 2)))
         if resample is None:
             raise ValueError(f"Gemma 3 resample {pre.get('resample')!r} is not supported")
-        defaults = PanAndScan()
         return cls(
             height=int(size.get("height", 896)), width=int(size.get("width", 896)), resample=resample,
             mean=tuple(pre.get("image_mean") or (0.5,) * 3), std=tuple(pre.get("image_std") or (0.5,) * 3),
             rescale_factor=float(pre.get("rescale_factor", 1 / 255)),
             image_seq_length=int(proc.get("image_seq_length") or pre.get("image_seq_length") or config.get("mm_tokens_per_image") or 256),
             dtype=model_dtype(config),
-            pan_and_scan=PanAndScan(
-                enabled=bool(pre.get("do_pan_and_scan") or False),
-                min_crop_size=int(pre.get("pan_and_scan_min_crop_size") or defaults.min_crop_size),
-                max_num_crops=int(pre.get("pan_and_scan_max_num_crops") or defaults.max_num_crops),
-                min_ratio_to_activate=float(pre.get("pan_and_scan_min_ratio_to_activate") or defaults.min_ratio_to_activate)),
             boi_token=tok.get("boi_token", "<start_of_image>"), eoi_token=tok.get("eoi_token", "<end_of_image>"),
             image_token=tok.get("image_token", "<image_soft_token>"),
         )
