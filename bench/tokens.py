@@ -132,12 +132,20 @@ def load_tokenizer(path: str | None) -> BenchTokenizer:
         return BenchTokenizer(data.tokenizer, data.eos_token_ids[0] if data.eos_token_ids else None, f"embedded:{gguf}")
     root = Path(path)
     file = root / "tokenizer.json" if root.is_dir() else root
-    if not file.is_file():
+    if not file.is_file() and (root / "vocab.json").is_file() and (root / "merges.txt").is_file():
+        from render_service.tokenizer.vocab_merges import from_vocab_merges   # Qwen3-VL ships no tokenizer.json
+
+        try:
+            hf = from_vocab_merges(root, _read_json(root / "tokenizer_config.json"))
+        except Exception as exc:  # noqa: BLE001 - an unsupported class or malformed files: one line
+            raise TokenizerLoadError(f"--tokenizer {path}: {exc}") from None
+    elif not file.is_file():
         raise TokenizerLoadError(f"--tokenizer {path}: no tokenizer.json there (give a Hugging Face tokenizer directory)")
-    try:
-        hf = tokenizers.Tokenizer.from_file(str(file))
-    except Exception as exc:  # noqa: BLE001 - tokenizers raises plain Exception subclasses
-        raise TokenizerLoadError(f"--tokenizer {path}: cannot load {file.name}: {exc}") from None
+    else:
+        try:
+            hf = tokenizers.Tokenizer.from_file(str(file))
+        except Exception as exc:  # noqa: BLE001 - tokenizers raises plain Exception subclasses
+            raise TokenizerLoadError(f"--tokenizer {path}: cannot load {file.name}: {exc}") from None
     eos = _special_id(hf, _read_json(file.parent / "tokenizer_config.json").get("eos_token"))
     if eos is None:
         gen = _read_json(file.parent / "generation_config.json").get("eos_token_id")

@@ -58,15 +58,27 @@ def test_ticket_changes_bytes_not_pixels():
 def test_check_requires_features():
     ok = {"token_ids": [1, 2], "features": {"mm_hashes": {"image": ["h"]},
                                             "mm_placeholders": {"image": [{"offset": 0, "length": 2}]}}}
-    assert check_render_mm(ok) == {"prompt_tokens": 2, "images": 1, "image_tokens": 2}
+    assert check_render_mm(ok) == {"prompt_tokens": 2, "images": 1, "image_tokens": 2, "payload_b64_bytes": 0}
+    ok["features"]["kwargs_data"] = {"image": ["abcd"]}
+    assert check_render_mm(ok)["payload_b64_bytes"] == 4
     with pytest.raises(Exception):
         check_render_mm({"token_ids": [1], "features": None})
 
 
-@pytest.mark.skipif(not QWEN_VL.is_dir(), reason="../shared/models/qwen2.5-vl-instruct not present")
-def test_short_run_against_a_live_server(tmp_path):
-    with render_server(str(QWEN_VL)) as url:
-        rc = main(["bench", "render-mm", "render-mm-route", "--target", url, "--tokenizer", str(QWEN_VL), "--max-requests", "4",
+def test_images_are_labelled_so_every_family_takes_them():
+    """Gemma 3 refuses two images with nothing between them (vLLM's overlapping ranges): each image follows a label."""
+    content = next(_workload().session(3)).body["messages"][0]["content"]
+    for k, part in enumerate(content[:-1]):
+        if part["type"] == "image_url":
+            assert content[k - 1]["type"] == "text" and content[k - 1]["text"].startswith("Image ")
+
+
+@pytest.mark.parametrize("model", ["qwen2.5-vl-instruct", "llava-1.5-7b-hf", "gemma-3-4b-it"])
+def test_short_run_against_a_live_server(tmp_path, model):
+    if not (MODELS / model).is_dir():
+        pytest.skip(f"../shared/models/{model} not present")
+    with render_server(str(MODELS / model)) as url:
+        rc = main(["bench", "render-mm", "render-mm-route", "--target", url, "--tokenizer", str(MODELS / model), "--max-requests", "4",
                    "--warmup", "1", "--concurrency", "2", "--quiet", "--out", str(tmp_path)])
     assert rc == 0
     doc = json.loads((tmp_path / "results.json").read_text())

@@ -266,3 +266,37 @@ def test_broken_images_as_vllms_loader(name, broken_variants):
 def test_decoded_size_is_the_decoded_arrays(case):
     data = image_bytes(case["name"].removeprefix("single_"))
     assert decoded_size(data) == decode_rgb(data).shape[:2]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_normalize_table_equals_normalizing_every_pixel(dtype):
+    """The 3 x 256 table (compiled gather and NumPy gathers) gives the bytes of (x - mean) / std per pixel, then the cast."""
+    from render_service.multimodal.processors import normalize
+    from render_service.multimodal.serde import bfloat16_bits
+
+    rgb = np.random.default_rng(3).integers(0, 256, (37, 53, 3), dtype=np.uint8)
+    mean, std = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
+    m, s = normalize.fused_mean_std(mean, std, 1 / 255)
+    direct = (rgb.transpose(2, 0, 1).astype(np.float32) - m[:, None, None]) / s[:, None, None]
+    want = bfloat16_bits(direct).tobytes() if dtype == "bfloat16" else direct.astype(np.float16).tobytes()
+    table = normalize.NormalizeTable(mean, std, 1 / 255, dtype)
+    assert table.chw(rgb).tobytes() == want
+    kernel, normalize._gather_kernel = normalize._gather_kernel, None
+    try:
+        assert table.chw(rgb).tobytes() == want
+    finally:
+        normalize._gather_kernel = kernel
+
+
+def test_gemma3_pan_and_scan_crops_as_transformers():
+    """The crop grid transformers 5.20.2's Gemma3ImageProcessor made for these sizes (number of crops
+    2 for 1280x720, 4 for 1200x300 and 300x1200, none for 64x64 / 200x150), and off by default."""
+    from render_service.multimodal.processors.gemma3 import Gemma3Processor, PanAndScan
+
+    on = PanAndScan(enabled=True)
+    assert on.grid(720, 1280) == (1, 2) and on.grid(300, 1200) == (1, 4) and on.grid(1200, 300) == (4, 1)
+    assert on.grid(64, 64) == (0, 0) and on.grid(150, 200) == (0, 0)
+    processor = Gemma3Processor(pan_and_scan=on)
+    crops = processor._crops(np.zeros((720, 1280, 3), np.uint8))
+    assert [c.shape for c in crops] == [(720, 640, 3)] * 2
+    assert PanAndScan().grid(300, 1200) == (0, 0)

@@ -9,9 +9,15 @@ pool's, but the file bytes differ, so every image's ``mm_hash`` is new and no pr
 on any server can help (a cold render, the expensive case). Same index → same request on
 every target, so ours and vLLM's ``vllm launch render`` get identical bodies.
 
-Figures beyond req/s, latency and server CPU per request: images per request and rendered
-prompt tokens. ``render-mm-route`` sends the same requests with ``mm_payload: "none"`` (a
-router that only needs ids, hashes and placeholders: no pixels in the answer).
+Each image follows a short "Image k:" text part: vision families differ on images with nothing
+between them (vLLM refuses two adjacent images for Gemma 3, their newlines overlap), and a label
+between them is what multi-image prompts carry anyway. Run it per family (``--tokenizer`` and the
+target's model: Qwen2.5-VL, Qwen3-VL, LLaVA-1.5, Gemma 3); the same bodies go to every family.
+
+Figures beyond req/s, latency and server CPU per request: images per request, rendered prompt
+tokens and the ``kwargs_data`` base64 per request (the answer's bulk). ``render-mm-route`` sends
+the same requests with ``mm_payload: "none"`` (a router that only needs ids, hashes and
+placeholders: no pixels in the answer).
 """
 
 from __future__ import annotations
@@ -59,8 +65,10 @@ def check_render_mm(resp) -> dict:
     images = len(features["mm_hashes"].get("image", []))
     placeholders = features.get("mm_placeholders", {}).get("image", [])
     require(len(placeholders) == images, "mm_placeholders do not match mm_hashes")
+    payload = sum(len(x or "") for key in ("kwargs_data", "mm_metadata") for items in (features.get(key) or {}).values()
+                  for x in items)
     return {"prompt_tokens": len(resp["token_ids"]), "images": images,
-            "image_tokens": sum(p.get("length", 0) for p in placeholders)}
+            "image_tokens": sum(p.get("length", 0) for p in placeholders), "payload_b64_bytes": payload}
 
 
 class RenderMM(Workload):
@@ -95,8 +103,10 @@ class RenderMM(Workload):
         return out
 
     def session(self, index: int) -> Session:
-        parts = [{"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + base64.b64encode(data).decode()}}
-                 for _, data in self.images(index)]
+        parts = []
+        for k, (_, data) in enumerate(self.images(index)):
+            parts += [{"type": "text", "text": f"Image {k + 1}:"},
+                      {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + base64.b64encode(data).decode()}}]
         body = {"messages": [{"role": "user", "content": [*parts, {"type": "text", "text": QUESTION}]}],
                 "max_completion_tokens": 256}
         if self.mm_payload != "tensors":
@@ -114,12 +124,15 @@ class RenderMM(Workload):
     def summarise(self, samples: list[tuple[float, dict]]) -> dict:
         imgs = [t["images"] for _, t in samples if "images" in t]
         toks = [t["prompt_tokens"] for _, t in samples if "prompt_tokens" in t]
+        payload = [t["payload_b64_bytes"] for _, t in samples if "payload_b64_bytes" in t]
         return {"images_total": sum(imgs), "images_per_request_mean": (sum(imgs) / len(imgs)) if imgs else None,
-                "prompt_tokens_max": max(toks, default=None)}
+                "prompt_tokens_max": max(toks, default=None),
+                "payload_kb_per_request_mean": (sum(payload) / len(payload) / 1024) if payload else None}
 
     def rows(self, extra: dict) -> list[tuple[str, float | None, str]]:
         return [("images per request (mean)", extra.get("images_per_request_mean"), ".2f"),
-                ("rendered prompt tokens (max)", extra.get("prompt_tokens_max"), "d")]
+                ("rendered prompt tokens (max)", extra.get("prompt_tokens_max"), "d"),
+                ("kwargs_data base64 per request (KB, mean)", extra.get("payload_kb_per_request_mean"), ".0f")]
 
 
 class RenderMMRoute(RenderMM):

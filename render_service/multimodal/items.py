@@ -12,7 +12,8 @@ class Field:
     """One tensor of a processed item and how vLLM batches it.
 
     Attributes:
-        data: the tensor (NumPy; uint8 pixels, int64 grids, float32 scalars).
+        data: the tensor (NumPy; uint8 pixels, int64 grids, float32 scalars), or a list of
+            floats that vLLM keeps as a plain list (Qwen3-VL's ``timestamps``).
         kind: vLLM's field class: ``"flat"`` (rows of a tensor concatenated across items,
             e.g. ``pixel_values``) or ``"batched"`` (one entry per item, e.g. ``image_grid_thw``).
         keep_on_cpu: vLLM's ``keep_on_cpu`` flag (the engine keeps it on the host).
@@ -21,7 +22,7 @@ class Field:
         wire_dtype: dtype on the wire when it differs from ``data``'s (``"bfloat16"``).
     """
 
-    data: np.ndarray
+    data: np.ndarray | list
     kind: str
     keep_on_cpu: bool = False
     metadata: bool = False
@@ -30,16 +31,22 @@ class Field:
 
 @dataclass(frozen=True)
 class ProcessedItem:
-    """A processed media item: its tensors and how many placeholder tokens it expands to."""
+    """A processed media item: its tensors and what its placeholder token becomes in the prompt.
+
+    ``replacement`` is the token ids that replace the one token the chat template wrote for the
+    item (Gemma 3: ``\n\n<start_of_image>`` + 256 soft tokens + ``<end_of_image>\n\n``);
+    None means ``num_tokens`` copies of that token (Qwen-VL, LLaVA).
+    """
 
     modality: str
     fields: dict[str, Field]
     num_tokens: int
+    replacement: tuple[int, ...] | None = None
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the tensors (what the processor cache counts)."""
-        return sum(f.data.nbytes for f in self.fields.values())
+        return sum(f.data.nbytes if isinstance(f.data, np.ndarray) else 8 * len(f.data) for f in self.fields.values())
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from ..errors import bad_request
 from .cache import CachedItem, ProcessorCache
 from .decode import DEFAULT_MAX_IMAGE_PIXELS, decode_jpeg_sequence, decode_rgb, decoded_size, read_header
 from .hashing import image_hash, video_hash
+from .prompt_updates import check_non_overlapping, find_placeholders
 from .media import JPEG_SEQUENCE, MediaBytes, MediaLimits, load_file_url, load_media
 from .video import decode_container, sample_for_processor
 
@@ -127,8 +128,13 @@ class MultimodalRenderer:
     def check_parts(self, parts: list[MediaPart]) -> None:
         """400 for an unsupported modality or more items than ``limit_per_prompt`` allows."""
         counts: dict[str, int] = {}
+        refuse = getattr(self.processor, "refuse", None)   # a vision family without a processor here
         for part in parts:
+            if refuse is not None:
+                raise refuse(part.modality, part.param)
             if part.modality not in self.placeholder_ids:
+                if hasattr(self.processor, "refuse_modality"):
+                    raise self.processor.refuse_modality(part.modality, part.param)
                 raise bad_request(f"This model does not accept {part.modality} inputs.", part.param)
             counts[part.modality] = counts.get(part.modality, 0) + 1
         for modality, n in counts.items():
@@ -187,7 +193,9 @@ class MultimodalRenderer:
         entry = self.cache.get(mm_hash)
         if entry is None and not tensors and hasattr(self.processor, "image_num_tokens"):
             height, width = decoded_size(media.data, self.config.max_image_pixels, part.param)
-            entry = CachedItem.count_only(self.processor.image_num_tokens(height, width, part.param))
+            replacement = getattr(self.processor, "image_replacement", None)
+            entry = CachedItem.count_only(self.processor.image_num_tokens(height, width, part.param),
+                                          replacement(height, width, part.param) if replacement else None)
             self.cache.put(mm_hash, entry)
         elif entry is None or (tensors and not entry.has_payload):
             rgb = decode_rgb(media.data, self.config.max_image_pixels, part.param)
@@ -196,24 +204,36 @@ class MultimodalRenderer:
         return LoadedItem(part.modality, mm_hash, entry)
 
     def _process_video(self, part: MediaPart, media: MediaBytes, tensors: bool = True) -> LoadedItem:
-        """A ``data:video/jpeg`` frame sequence (vLLM's decoder-free form) or a container (OpenCV)."""
+        """A ``data:video/jpeg`` frame sequence (vLLM's decoder-free form) or a container (OpenCV).
+
+        The processor may bring its own loader sampling (``video_indices(total, fps)``) and
+        frame preparation (``prepare_video(frames, metadata) -> (frames, context)``, the context
+        handed to ``process_video`` / ``video_prompt``); the defaults are Qwen2-VL's.
+        """
         if not hasattr(self.processor, "process_video"):
             raise bad_request("This model does not accept video inputs.", part.param)
         if media.media_type == JPEG_SEQUENCE:
             frames, metadata = decode_jpeg_sequence(media.data, self.config.max_image_pixels, part.param)
         else:
-            frames, metadata = decode_container(media.data, self.config.max_image_pixels, part.param)
+            frames, metadata = decode_container(media.data, self.config.max_image_pixels, part.param,
+                                                getattr(self.processor, "video_indices", None))
         mm_hash = part.uuid if part.uuid is not None else video_hash(
             self.config.model_id, media.data, frames, metadata, self.config.hash_algorithm)
         entry = self.cache.get(mm_hash)
-        if entry is None and not tensors and hasattr(self.processor, "video_num_tokens"):
-            # the hash needs the decoded frames; the count needs only their number and size
-            used, _ = sample_for_processor(frames, metadata, self.processor.temporal_patch_size)
-            entry = CachedItem.count_only(self.processor.video_num_tokens(len(used), used.shape[1], used.shape[2], part.param))
-            self.cache.put(mm_hash, entry)
-        elif entry is None or (tensors and not entry.has_payload):
-            used, sampled_fps = sample_for_processor(frames, metadata, self.processor.temporal_patch_size)
-            entry = CachedItem(self.processor.process_video(used, sampled_fps, part.param))
+        if entry is None or (tensors and not entry.has_payload):
+            prepare = getattr(self.processor, "prepare_video", None)
+            if prepare is not None:
+                used, context = prepare(frames, metadata)
+            else:
+                used, context = sample_for_processor(frames, metadata, self.processor.temporal_patch_size)
+            if not tensors and hasattr(self.processor, "video_prompt"):
+                # the hash needs the decoded frames; the prompt needs only their number, size and times
+                count, replacement = self.processor.video_prompt(len(used), used.shape[1], used.shape[2], context, part.param)
+                entry = CachedItem.count_only(count, replacement)
+            elif not tensors and hasattr(self.processor, "video_num_tokens"):
+                entry = CachedItem.count_only(self.processor.video_num_tokens(len(used), used.shape[1], used.shape[2], part.param))
+            else:
+                entry = CachedItem(self.processor.process_video(used, context, part.param))
             self.cache.put(mm_hash, entry)
         return LoadedItem(part.modality, mm_hash, entry)
 
@@ -236,6 +256,7 @@ class MultimodalRenderer:
             by_modality.setdefault(item.modality, []).append(item)
         seen = {m: 0 for m in by_modality}
         placeholders: dict[str, list[dict]] = {m: [] for m in by_modality}
+        written: dict[str, list[list[int]]] = {m: [] for m in by_modality}
         out: list[int] = []
         for tok in token_ids:
             modality = self.modality_of.get(tok)
@@ -247,13 +268,20 @@ class MultimodalRenderer:
             if k >= len(group):
                 raise bad_request(f"The prompt has more {modality} placeholders than {modality} items.", "messages")
             seen[modality] = k + 1
-            n = group[k].num_tokens
-            placeholders[modality].append({"offset": len(out), "length": n})
-            out.extend([tok] * n)
+            entry = group[k].entry
+            tokens = list(entry.replacement) if entry.replacement is not None else [tok] * entry.num_tokens
+            placeholders[modality].append({"offset": len(out), "length": len(tokens)})
+            written[modality].append(tokens)
+            out.extend(tokens)
         for modality, group in by_modality.items():
             if seen[modality] != len(group):
                 raise bad_request(f"The chat template placed {seen[modality]} {modality} placeholder(s) for "
                                   f"{len(group)} {modality} item(s).", "messages")
+        merge = getattr(self.processor, "merge_ids", None)
+        if merge is not None:   # replacements that merge with their neighbours (Gemma 3's newlines)
+            out = merge(out)
+            placeholders = find_placeholders(out, written, self.processor.split_tokens)
+            check_non_overlapping(placeholders)
         features: dict[str, Any] = {
             "mm_hashes": {m: [i.mm_hash for i in g] for m, g in by_modality.items()},
             "mm_placeholders": placeholders,

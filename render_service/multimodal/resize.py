@@ -1,4 +1,4 @@
-"""Antialiased bicubic resize of uint8 images, bit-identical to PyTorch's CPU kernel.
+"""Antialiased bicubic / bilinear resize of uint8 images, bit-identical to PyTorch's CPU kernel.
 
 vLLM runs the Hugging Face image processors with their torchvision backend, which resizes a
 uint8 ``[C, H, W]`` tensor with ``F.resize(..., BICUBIC, antialias=True)``. On CPU that is
@@ -8,6 +8,8 @@ int16 with a per-axis precision chosen so the largest weight fits, horizontal pa
 a uint8 intermediate, then the vertical pass. Pillow itself uses 22-bit int32 weights, so
 ``PIL.Image.resize`` differs from it by 1–2 in about 1 % of the values; this module
 reproduces the PyTorch arithmetic exactly with integer NumPy (no float rounding to match).
+Bilinear (Gemma 3's ``resample=2``) is the same kernel with the triangle filter and half the
+support (``HelperInterpLinear::aa_filter``).
 
 NumPy's ufuncs release the GIL, so resizes in a thread pool run in parallel.
 """
@@ -23,7 +25,6 @@ import numpy as np
 from .jit import compile_kernel
 
 _A = -0.5          # Pillow's (and PyTorch's antialiased) cubic coefficient
-_SUPPORT = 2.0     # cubic kernel half-width at scale 1
 
 
 def _cubic(x: np.ndarray) -> np.ndarray:
@@ -33,17 +34,27 @@ def _cubic(x: np.ndarray) -> np.ndarray:
     return np.where(x < 1.0, near, np.where(x < 2.0, far, 0.0))
 
 
+def _triangle(x: np.ndarray) -> np.ndarray:
+    x = np.abs(x)
+    return np.where(x < 1.0, 1.0 - x, 0.0)
+
+
+# filter name -> (kernel, half-width at scale 1)
+FILTERS = {"bicubic": (_cubic, 2.0), "bilinear": (_triangle, 1.0)}
+
+
 @lru_cache(maxsize=256)
-def axis_weights(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """Integer resampling weights for one axis.
+def axis_weights(in_size: int, out_size: int, kind: str = "bicubic") -> tuple[np.ndarray, np.ndarray, int]:
+    """Integer resampling weights for one axis (``kind``: a `FILTERS` name).
 
     Returns:
         ``(index, weights, precision)``: ``index`` int64 ``[out_size, taps]`` source positions
         (clamped; padded taps repeat a valid index with weight 0), ``weights`` int32
         ``[out_size, taps]`` fixed-point weights, ``precision`` the number of fraction bits.
     """
+    kernel, half_width = FILTERS[kind]
     scale = in_size / out_size
-    support = _SUPPORT * scale if scale >= 1.0 else _SUPPORT
+    support = half_width * scale if scale >= 1.0 else half_width
     invscale = 1.0 / scale if scale >= 1.0 else 1.0
     taps = int(math.ceil(support)) * 2 + 1
     centers = scale * (np.arange(out_size, dtype=np.float64) + 0.5)
@@ -52,7 +63,7 @@ def axis_weights(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, i
     xsize = xmax - xmin
     j = np.arange(taps)
     valid = j[None, :] < xsize[:, None]
-    w = np.where(valid, _cubic((j[None, :] + xmin[:, None] - centers[:, None] + 0.5) * invscale), 0.0)
+    w = np.where(valid, kernel((j[None, :] + xmin[:, None] - centers[:, None] + 0.5) * invscale), 0.0)
     total = w.sum(axis=1, keepdims=True)
     w = np.divide(w, total, out=np.zeros_like(w), where=total != 0.0)
     max_weight = float(w.max())
@@ -69,9 +80,9 @@ def axis_weights(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, i
 _BLOCK_ROWS = 32   # output rows per step: keeps the int32 accumulator in cache (2x faster than whole-array steps)
 
 
-def _resample_rows(src: np.ndarray, out_size: int) -> np.ndarray:
+def _resample_rows(src: np.ndarray, out_size: int, kind: str = "bicubic") -> np.ndarray:
     """Resample a uint8 ``[N, M, C]`` array along axis 0 to ``out_size`` rows (row gathers are contiguous)."""
-    index, weights, precision = axis_weights(src.shape[0], out_size)
+    index, weights, precision = axis_weights(src.shape[0], out_size, kind)
     out = np.empty((out_size,) + src.shape[1:], np.uint8)
     acc = np.empty((_BLOCK_ROWS,) + src.shape[1:], np.int32)
     term = np.empty_like(acc)
@@ -88,12 +99,12 @@ def _resample_rows(src: np.ndarray, out_size: int) -> np.ndarray:
     return out
 
 
-def _resize_numpy(image: np.ndarray, height: int, width: int) -> np.ndarray:
+def _resize_numpy(image: np.ndarray, height: int, width: int, kind: str = "bicubic") -> np.ndarray:
     out = image
     if width != image.shape[1]:   # horizontal pass first, on the transpose so gathers are whole rows
-        out = np.ascontiguousarray(_resample_rows(np.ascontiguousarray(out.transpose(1, 0, 2)), width).transpose(1, 0, 2))
+        out = np.ascontiguousarray(_resample_rows(np.ascontiguousarray(out.transpose(1, 0, 2)), width, kind).transpose(1, 0, 2))
     if height != image.shape[0]:
-        out = _resample_rows(out, height)
+        out = _resample_rows(out, height, kind)
     return out
 
 
@@ -157,8 +168,8 @@ def _buffer(shape: tuple[int, ...], slot: int | None) -> np.ndarray:
     return bufs[slot][:size].reshape(shape)
 
 
-def _rows_compiled(src: np.ndarray, out_size: int, slot: int | None = None) -> np.ndarray:
-    index, weights, precision = axis_weights(src.shape[0], out_size)
+def _rows_compiled(src: np.ndarray, out_size: int, slot: int | None = None, kind: str = "bicubic") -> np.ndarray:
+    index, weights, precision = axis_weights(src.shape[0], out_size, kind)
     flat = src.reshape(src.shape[0], -1)
     out = _rows_kernel(flat, index, weights, np.int32(precision), _buffer((out_size, flat.shape[1]), slot))
     return out.reshape((out_size,) + src.shape[1:])
@@ -171,31 +182,40 @@ def _transpose(src: np.ndarray, slot: int | None = None) -> np.ndarray:
     return _transpose_rgb_kernel(src.reshape(h, w * 3), _buffer((w, h * 3), slot)).reshape(w, h, 3)
 
 
-def _resize_compiled(image: np.ndarray, height: int, width: int) -> np.ndarray:
+def _resize_compiled(image: np.ndarray, height: int, width: int, kind: str = "bicubic") -> np.ndarray:
     """Horizontal pass on the transpose, then the vertical pass; intermediates in scratch buffers,
     the result always a fresh array."""
     out = np.ascontiguousarray(image)
     vertical = height != image.shape[0]
     if width != image.shape[1]:
-        out = _transpose(_rows_compiled(_transpose(out, 0), width, 1), 2 if vertical else None)
+        out = _transpose(_rows_compiled(_transpose(out, 0), width, 1, kind), 2 if vertical else None)
     if vertical:
-        out = _rows_compiled(out, height)
+        out = _rows_compiled(out, height, None, kind)
     return out
 
 
-def resize_bicubic_aa(image: np.ndarray, height: int, width: int, *, compiled: bool | None = None) -> np.ndarray:
+def resize_aa(image: np.ndarray, height: int, width: int, kind: str = "bicubic", *,
+              compiled: bool | None = None) -> np.ndarray:
     """Resize a uint8 ``[H, W, C]`` array to ``[height, width, C]`` as ``torchvision`` does on CPU.
 
     Bit-identical to ``torchvision.transforms.v2.functional.resize(t, [height, width],
-    InterpolationMode.BICUBIC, antialias=True)`` on the uint8 ``[C, H, W]`` tensor ``t``.
-    An axis whose size does not change is not resampled (as in PyTorch). ``compiled``
-    picks the numba kernels (default when numba imports) or the NumPy steps; both are exact.
+    InterpolationMode.BICUBIC or BILINEAR, antialias=True)`` on the uint8 ``[C, H, W]`` tensor
+    ``t`` (``kind``: ``"bicubic"`` / ``"bilinear"``). An axis whose size does not change is not
+    resampled (as in PyTorch). ``compiled`` picks the numba kernels (default when numba
+    imports) or the NumPy steps; both are exact.
     """
     if image.dtype != np.uint8 or image.ndim != 3:
         raise ValueError(f"expected a uint8 [H, W, C] array, got {image.dtype} {image.shape}")
+    if kind not in FILTERS:
+        raise ValueError(f"unknown resize filter {kind!r}")
     if compiled is None:
         compiled = _rows_kernel is not None
-    return (_resize_compiled if compiled else _resize_numpy)(image, height, width)
+    return (_resize_compiled if compiled else _resize_numpy)(image, height, width, kind)
+
+
+def resize_bicubic_aa(image: np.ndarray, height: int, width: int, *, compiled: bool | None = None) -> np.ndarray:
+    """`resize_aa` with the bicubic filter (the Qwen-VL and CLIP processors' resample)."""
+    return resize_aa(image, height, width, "bicubic", compiled=compiled)
 
 
 def warm_up() -> None:

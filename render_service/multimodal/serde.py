@@ -24,22 +24,30 @@ _RAW_VIEW = 3   # vLLM's CUSTOM_TYPE_RAW_VIEW extension code
 _encoder = msgspec.msgpack.Encoder()
 
 
-def _bfloat16_bytes(data: np.ndarray) -> bytes:
-    """float32 → bfloat16 (round to nearest even, as ``torch.Tensor.to(torch.bfloat16)``), raw bytes."""
+def bfloat16_bits(data: np.ndarray) -> np.ndarray:
+    """float32 → bfloat16 bit patterns as uint16 (round to nearest even, as ``torch.Tensor.to(torch.bfloat16)``)."""
     bits = np.ascontiguousarray(data, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    return rounded.astype(np.uint16).tobytes()
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
 
 
-def _tensor(f: Field) -> list:
-    if f.wire_dtype == "bfloat16":
-        return ["bfloat16", list(f.data.shape), msgspec.msgpack.Ext(_RAW_VIEW, _bfloat16_bytes(f.data))]
-    data = np.ascontiguousarray(f.data)
-    return [data.dtype.name, list(data.shape), msgspec.msgpack.Ext(_RAW_VIEW, data.data)]
+def _bfloat16_bytes(data: np.ndarray) -> bytes:
+    return bfloat16_bits(data).tobytes()
+
+
+def _tensor(f: Field):
+    if isinstance(f.data, list):   # a plain value vLLM keeps as a list (Qwen3-VL's timestamps: msgpack floats)
+        return f.data
+    if f.wire_dtype == "bfloat16":   # float32 values, or uint16 bfloat16 bit patterns already (NormalizeTable)
+        raw = np.ascontiguousarray(f.data).tobytes() if f.data.dtype == np.uint16 else _bfloat16_bytes(f.data)
+        return ["bfloat16", list(f.data.shape), msgspec.msgpack.Ext(_RAW_VIEW, raw)]
+    if f.wire_dtype == "float16":   # NumPy's float32 -> float16 rounds to nearest even, as torch's .to(float16)
+        return ["float16", list(f.data.shape), msgspec.msgpack.Ext(_RAW_VIEW, np.ascontiguousarray(f.data, np.float16).tobytes())]
+    data = np.ascontiguousarray(f.data)   # (0-d arrays come back 1-d: the shape is taken from f.data)
+    return [data.dtype.name, list(f.data.shape), msgspec.msgpack.Ext(_RAW_VIEW, data.data)]
 
 
 def _descriptor(f: Field) -> list:
-    if f.kind == "flat":
+    if f.kind == "flat":   # (a list value is never flat)
         return ["flat", {"keep_on_cpu": f.keep_on_cpu, "slices": [[[0, int(f.data.shape[0]), None]]], "dim": 0}]
     return [f.kind, {"keep_on_cpu": f.keep_on_cpu}]
 
@@ -57,11 +65,19 @@ def encode_item(item: ProcessedItem, *, metadata_only: bool = False) -> str | No
 
 
 def decode_item(b64: str) -> dict[str, tuple[str, list[int], bytes, list]]:
-    """Inverse of `encode_item` for tests and tools: ``{name: (dtype, shape, raw bytes, descriptor)}``."""
+    """Inverse of `encode_item` for tests and tools: ``{name: (dtype, shape, raw bytes, descriptor)}``
+    (a plain list value: ``("list", None, value, descriptor)``)."""
     def ext_hook(code: int, data: memoryview) -> bytes:
         if code != _RAW_VIEW:
             raise ValueError(f"unexpected msgpack extension {code}")
         return bytes(data)
 
     obj = msgspec.msgpack.decode(pybase64.b64decode(b64), ext_hook=ext_hook)
-    return {name: (v["data"][0], v["data"][1], v["data"][2], v["field"]) for name, v in obj.items()}
+    out = {}
+    for name, v in obj.items():
+        data = v["data"]
+        if isinstance(data, list) and len(data) == 3 and isinstance(data[0], str) and isinstance(data[2], bytes):
+            out[name] = (data[0], data[1], data[2], v["field"])
+        else:   # a plain value: ("list", None, the value, descriptor)
+            out[name] = ("list", None, data, v["field"])
+    return out

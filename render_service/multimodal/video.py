@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from io import BytesIO
+from typing import Callable
 
 import numpy as np
 
@@ -73,8 +74,12 @@ def _frame_count(data: bytes, cap, fps: float, param: str | None) -> int:
     return total
 
 
-def decode_container(data: bytes, max_pixels: int, param: str | None = None) -> tuple[np.ndarray, dict]:
+def decode_container(data: bytes, max_pixels: int, param: str | None = None,
+                     indices: Callable[[int, float], list[int]] | None = None) -> tuple[np.ndarray, dict]:
     """Encoded video bytes → ``(frames [T, H, W, 3] uint8 RGB, the loader's metadata)`` as vLLM's loader.
+
+    ``indices(total, fps)`` picks the frames (the family's loader): `qwen2_vl_indices` by
+    default, `qwen3_vl_indices` for Qwen3-VL.
 
     Raises:
         OpenAIError: 400 without OpenCV, for an unreadable stream, too many pixels per frame,
@@ -94,7 +99,7 @@ def decode_container(data: bytes, max_pixels: int, param: str | None = None) -> 
         duration = total / fps if fps > 0 else 0
         if fps <= 0:
             raise bad_request("Video sampling needs a known frame rate; the container reports none.", param)
-        wanted_set = set(qwen2_vl_indices(total, fps))
+        wanted_set = set((indices or qwen2_vl_indices)(total, fps))
         if len(wanted_set) * width * height * 3 > MAX_DECODED_BYTES:
             raise bad_request(f"Video too large: {len(wanted_set)} sampled frames of {width}x{height} exceed "
                               f"{MAX_DECODED_BYTES >> 20} MiB decoded.", param)
@@ -133,6 +138,16 @@ def qwen2_vl_indices(total: int, fps: float, temporal_patch: int = 2) -> list[in
     step = total / n
     indices = (np.arange(math.ceil(total / step)) * step).astype(np.float32).astype(np.int64)
     return np.minimum(indices, total - 1).tolist()
+
+
+def qwen3_vl_indices(total: int, fps: float, target_fps: float = TARGET_FPS) -> list[int]:
+    """Frame indices vLLM's ``qwen3_vl`` loader (= transformers' ``Qwen3VLVideoProcessor.sample_frames``) takes.
+
+    ``int(total / fps · 2)`` frames clamped to [4, 768] and the clip, at
+    ``linspace(0, total - 1, n).round()`` (NumPy's round half to even).
+    """
+    n = min(max(int(total / fps * min(target_fps, 30)), MIN_FRAMES), MAX_FRAMES, total)
+    return np.linspace(0, total - 1, n).round().astype(int).tolist()
 
 
 def sample_for_processor(frames: np.ndarray, metadata: dict, temporal_patch: int) -> tuple[np.ndarray, float]:

@@ -34,10 +34,19 @@ class MediaInput:
 def mm_payload(req: Any) -> str:
     """``mm_payload`` of a request (``return_mm_kwargs: false`` is the deprecated ``"none"``).
 
+    Also refuses per-request ``mm_processor_kwargs`` / ``media_io_kwargs`` as vLLM 0.33 does
+    without ``--trust-request-mm-kwargs`` (which render-service does not take): they would
+    change the processing and the hashes, so they are never accepted and ignored.
+
     Raises:
-        OpenAIError: 400 for a value other than ``tensors`` / ``none``.
+        OpenAIError: 400 for a value other than ``tensors`` / ``none``, or non-empty
+        ``mm_processor_kwargs`` / ``media_io_kwargs`` (vLLM's message).
     """
     extra = getattr(req, "model_extra", None) or {}
+    for name, what in (("mm_processor_kwargs", "multimodal preprocessing"), ("media_io_kwargs", "multimodal media loading")):
+        if extra.get(name):
+            raise bad_request(f"Per-request {name} are disabled by default because they can change {what} resource "
+                              "usage. Start the server with --trust-request-mm-kwargs only when clients are trusted.", name)
     value = getattr(req, "mm_payload", None) or extra.get("mm_payload")
     if value is None:
         return "none" if extra.get("return_mm_kwargs", getattr(req, "return_mm_kwargs", None)) is False else "tensors"

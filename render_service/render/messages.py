@@ -71,6 +71,10 @@ def prepare_messages(messages: list[Any], template: ChatTemplate, media: bool = 
 
 
 def _content(content: Any, content_format: str, param: str, media: bool = False) -> Any:
+    if isinstance(content, str) and media and content_format == "openai":
+        # vLLM hands an openai-format template a list of parts even for string content; a
+        # template that only reads parts (LLaVA's selectattr('type', 'equalto', 'text')) drops a bare string
+        return [{"type": "text", "text": content}]
     if content is None or isinstance(content, str):
         return content
     if not isinstance(content, list):

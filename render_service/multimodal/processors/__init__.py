@@ -5,8 +5,12 @@ A processor is built from the model directory and its ``config.json`` and offers
 ``process_image(rgb [H, W, 3] uint8, param) -> ProcessedItem`` and optionally
 ``process_video(frames, fps, param)``, and ``image_num_tokens(height, width, param)`` /
 ``video_num_tokens(frames, height, width, param)`` (the placeholder count without pixels, for
-``mm_payload: "none"``; without them that path processes in full). Adding a family (Llama 4, Gemma 3, InternVL) is a
-module here plus a row in `FAMILIES`.
+``mm_payload: "none"``; without them that path processes in full). Optional hooks:
+``bind(tokenizer)`` (called once with the model's `TextTokenizer`), ``image_replacement(height,
+width, param)`` (the token ids replacing the template's token when they are not
+``num_tokens`` copies of it), ``merge_ids(ids)`` + ``split_tokens`` (replacements that merge
+with their neighbours, `..prompt_updates`). Adding a family is a module here plus a row in
+`FAMILIES` (docs/multimodal.md, "Add a family").
 """
 
 from __future__ import annotations
@@ -15,17 +19,56 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from ...errors import bad_request
+from .gemma3 import Gemma3Processor
+from .llava import LlavaProcessor
 from .qwen2_vl import Qwen2VLProcessor
+from .qwen3_vl import Qwen3VLProcessor
 
 # config.json "model_type" -> factory(model_dir, config) -> processor
 FAMILIES: dict[str, Callable[[Path, dict], Any]] = {
     "qwen2_vl": Qwen2VLProcessor.from_model_dir,
     "qwen2_5_vl": Qwen2VLProcessor.from_model_dir,
+    "llava": LlavaProcessor.from_model_dir,
+    "gemma3": Gemma3Processor.from_model_dir,
+    "qwen3_vl": Qwen3VLProcessor.from_model_dir,
 }
 
+# config.json keys that only vision-language models carry
+_VISION_KEYS = ("vision_config", "image_token_index", "image_token_id", "mm_tokens_per_image", "vision_start_token_id",
+                "visual", "vision_tower")
 
-def load_processor(model_dir: str | Path | None) -> Any | None:
-    """The processor for the model directory's family, or None (text-only model or unknown family)."""
+
+class UnsupportedFamily:
+    """A vision-language model whose family has no processor here: every media part is a 400
+    naming the family and the supported ones (never another family's placeholder rule)."""
+
+    placeholder_tokens: dict[str, str] = {}
+
+    def __init__(self, model_type: str, architectures: list[str]):
+        self.model_type = model_type
+        self.architectures = architectures
+
+    def refuse(self, modality: str, param: str | None = None):
+        """The 400 for any ``modality`` part."""
+        arch = f" ({', '.join(self.architectures)})" if self.architectures else ""
+        return bad_request(
+            f"{modality} inputs are not supported for this model: its family, model_type {self.model_type!r}{arch}, "
+            f"has no image processor in render-service. Supported model_type values: {', '.join(sorted(FAMILIES))}.",
+            param)
+
+
+def is_vision_config(config: dict) -> bool:
+    """True when ``config.json`` describes a vision-language model."""
+    return any(key in config for key in _VISION_KEYS)
+
+
+def load_processor(model_dir: str | Path | None, tokenizer: Any = None) -> Any | None:
+    """The processor for the model directory's family; `UnsupportedFamily` for a vision model of
+    another family; None for a text-only model (or no ``config.json``).
+
+    ``tokenizer`` (the model's `TextTokenizer`) is handed to processors with a ``bind`` hook.
+    """
     if model_dir is None:
         return None
     model_dir = Path(model_dir)
@@ -35,10 +78,20 @@ def load_processor(model_dir: str | Path | None) -> Any | None:
         config = json.loads((model_dir / "config.json").read_text())
     except (OSError, ValueError):
         return None
-    factory = FAMILIES.get(config.get("model_type", ""))
+    if not isinstance(config, dict):
+        return None
+    model_type = str(config.get("model_type", ""))
+    factory = FAMILIES.get(model_type)
     if factory is None:
+        if is_vision_config(config):
+            return UnsupportedFamily(model_type, [str(a) for a in config.get("architectures") or []])
         return None
     from ..resize import warm_up
 
     warm_up()
-    return factory(model_dir, config)
+    processor = factory(model_dir, config)
+    if hasattr(processor, "bind"):
+        if tokenizer is None:
+            raise ValueError(f"the {model_type} processor needs the model's tokenizer")
+        processor.bind(tokenizer)
+    return processor
