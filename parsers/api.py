@@ -140,8 +140,7 @@ class OutputParser:
         self.reasoning: ReasoningStage | None = None
         self.finished = False
         # the family's response framing applies whichever of its parsers is active (issue 22)
-        framing = (getattr(rfmt, "framing", NONE) if rfmt is not None else NONE) + (
-            tfmt.content_framing if isinstance(tfmt, ToolFormat) else NONE)
+        framing = getattr(rfmt, "framing", NONE) + (tfmt.content_framing if isinstance(tfmt, ToolFormat) else NONE)
         self.stop = StopFilter(framing.stop) if framing.stop else None
         if registry.HARMONY in (rfmt, tfmt):
             self.stage = HarmonyStage(self.calls, tfmt == registry.HARMONY and choice != "none")

@@ -170,9 +170,7 @@ class ToolStage:
 
     def _in_text(self, buf: str, pos: int, final: bool) -> int | None:
         if self.fresh and self.at_start:
-            j = pos
-            while j < len(buf) and buf[j] in _WS:
-                j += 1
+            j = _skip_blanks(buf, pos)
             if j == len(buf) and not final:
                 self._stop = pos
                 return None
@@ -225,9 +223,7 @@ class ToolStage:
         c = buf[j]
         kind = self.at_start.get(c)
         if kind == "list|pythonic":  # '[' opens a JSON list or a Python call list
-            k = j + 1
-            while k < len(buf) and buf[k] in _WS:
-                k += 1
+            k = _skip_blanks(buf, j + 1)
             if k == len(buf):
                 return "pythonic" if final else "wait"
             return "list" if buf[k] in "{]" else "pythonic"
@@ -259,9 +255,7 @@ class ToolStage:
     def _in_header(self, buf: str, pos: int, final: bool) -> int | None:
         fmt = self.fmt
         if fmt.list_after_begin and not self.header.strip():
-            j = pos
-            while j < len(buf) and buf[j] in _WS:
-                j += 1
+            j = _skip_blanks(buf, pos)
             if j < len(buf) and buf[j] == "[":
                 self.raw.append(buf[pos:j])
                 self._open("list")
