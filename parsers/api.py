@@ -31,10 +31,10 @@ Malformed output never raises. A call opens only once its name is known and vali
 (one of ``tools`` when tools were given; in a JSON list any name, as vLLM reports it) and,
 for JSON envelopes, its arguments got past their opening brace; until then its raw text
 is held and given back as content if it turns out not to be a call. Arguments are never
-completed by invention (issue 15): an opened call cut off by the end of the output keeps
-the text written so far and ends with ``ToolCallEnd(complete=False)`` (OpenAI's
-``finish_reason: "length"`` behaviour); one whose JSON breaks keeps the text before the
-break, and the text after it is content. Complete calls have JSON-object arguments.
+completed by invention: a call's events are held until it completes, and a call cut off
+by the end of the output (``finish_reason: "length"``) or whose JSON breaks is content,
+its text as the model wrote it — streamed and whole alike (issue 22, :mod:`parsers.calls`).
+Complete calls have JSON-object arguments.
 """
 
 from __future__ import annotations
@@ -140,8 +140,7 @@ class OutputParser:
         self.reasoning: ReasoningStage | None = None
         self.finished = False
         # the family's response framing applies whichever of its parsers is active (issue 22)
-        framing = (getattr(rfmt, "framing", NONE) if rfmt is not None else NONE) + (
-            tfmt.content_framing if isinstance(tfmt, ToolFormat) else NONE)
+        framing = getattr(rfmt, "framing", NONE) + (tfmt.content_framing if isinstance(tfmt, ToolFormat) else NONE)
         self.stop = StopFilter(framing.stop) if framing.stop else None
         if registry.HARMONY in (rfmt, tfmt):
             self.stage = HarmonyStage(self.calls, tfmt == registry.HARMONY and choice != "none")

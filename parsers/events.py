@@ -4,9 +4,10 @@ A parser turns model output text into a list of these. Concatenating the ``text`
 ``Content`` events gives the message ``content``; likewise ``Reasoning`` for ``reasoning``.
 For one tool call, ``ToolCallStart`` comes first, then zero or more ``ToolCallArguments``
 whose texts concatenate to the call's JSON arguments string, then ``ToolCallEnd``.
-Arguments are what the model wrote, never completed by invention: a call the output
-cut off (``finish_reason: "length"``) or broke off keeps its partial text, as OpenAI's
-API does, and its ``ToolCallEnd`` says ``complete=False``.
+Arguments are what the model wrote, never completed by invention. A call's events come
+once it is complete: a call the output cut off (``finish_reason: "length"``) or broke off
+is content instead (issue 22, :mod:`parsers.calls`), so every ``ToolCallEnd`` a parser
+returns is complete; ``complete=False`` is the bodies' signal to the framing machine.
 """
 
 from __future__ import annotations

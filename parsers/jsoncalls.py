@@ -4,8 +4,8 @@ and ``;``-sequences of envelopes.
 All of them sit on :class:`parsers.jsonstream.JsonValue`, so the arguments text a client
 receives is exactly what the model wrote (string-escape aware: a ``</tool_call>`` inside a
 JSON string is just text, case 12), released only at safe points (case 10), and closed
-never closed by invention: a call the output cuts off keeps its partial text and ends
-with ``ToolCallEnd(complete=False)``.
+never closed by invention: a call the output cuts off ends not complete, and the framing
+machine gives its text back as content (:mod:`parsers.calls`).
 
 Body protocol (shared with the XML and Python mechanisms): ``feed(text, pos, final,
 calls) -> pos`` consumes from ``text[pos:]`` and returns early at every call boundary;

@@ -10,7 +10,7 @@
 As in the other call lists, a name missing from the request's tools is still a call, so the
 calls after it are kept; text that is not a list of calls is content. Cut off by the end of
 output, each list follows its own kind (issue 15): Apertus's JSON as the JSON lists (the whole
-calls, then the cut one with its partial arguments, not complete), OLMo 3's Python lines as the
+calls, then the cut item as content, issue 22), OLMo 3's Python lines as the
 Python call lists (the whole calls, the cut line content).
 """
 
@@ -101,8 +101,8 @@ class KeyedList(Collected):
 
     @staticmethod
     def _emit_cut(body: str, calls: Calls) -> bool:
-        """A list cut off: its whole ``{"NAME": {…}}`` items, then the cut item as a call
-        with its partial arguments (not complete) once its name and ``{`` were written."""
+        """A list cut off: its whole ``{"NAME": {…}}`` items are calls, the cut item is
+        content (a call is returned only once complete, issue 22)."""
         items, depth, inq, esc, start = [], 0, False, False, None
         for i, c in enumerate(body):
             if inq:

@@ -199,9 +199,9 @@ def _describe(schema, resolver, depth: int) -> tuple:
     t = schema.get("type")
     types = None
     if isinstance(t, str):
-        types = (t,)
+        types = (_type_name(t),)
     elif isinstance(t, list):
-        types = _uniq(x for x in t if isinstance(x, str))
+        types = _uniq(_type_name(x) for x in t if isinstance(x, str))
     values = tuple(schema["enum"]) if isinstance(schema.get("enum"), list) else None
     d = (types, values)
     if "const" in schema:
@@ -223,6 +223,24 @@ def _describe(schema, resolver, depth: int) -> tuple:
             values = tuple(v for v in values if _fits(v, types))
         types = _uniq(_json_type(v) for v in values)
     return types, values
+
+
+_TYPE_ALIASES = {"str": "string", "text": "string", "varchar": "string", "char": "string", "enum": "string",
+                 "bool": "boolean", "binary": "boolean", "int": "integer", "float": "number", "double": "number",
+                 "list": "array", "dict": "object", "map": "object"}
+
+
+def _type_name(t: str) -> str:
+    """A schema's type name as its JSON type: models' tools carry ``int``, ``uint32``,
+    ``list`` … (the aliases and prefixes vLLM's XML parsers accept)."""
+    if t in _TYPE_ALIASES:
+        return _TYPE_ALIASES[t]
+    low = t.lower()
+    if low.startswith(("int", "uint", "long", "short", "unsigned")):
+        return "integer"
+    if low.startswith(("num", "float")):
+        return "number"
+    return t
 
 
 def _uniq(items) -> tuple:

@@ -92,7 +92,7 @@ class ToolStage:
     object at the start of output is the call).
     """
 
-    __slots__ = ("base", "fmt", "calls", "at_start", "named", "drop", "st", "outer", "buf", "raw", "header",
+    __slots__ = ("base", "fmt", "calls", "at_start", "named", "drop", "scan", "st", "outer", "buf", "raw", "header",
                  "ws", "said", "fresh", "sec0", "body", "_stop")
 
     def __init__(self, fmt: ToolFormat, calls: Calls, at_start: dict[str, str],
@@ -102,6 +102,7 @@ class ToolStage:
         # content markers never shown: the row's own and its family's framing (the caller
         # adds the reasoning row's framing, parsers.framing)
         self.drop = fmt.content_framing.drop if drop is None else drop
+        self.scan = fmt.all_text_markers + self.drop  # what TEXT looks for (derived, not state)
         self.calls = calls
         self.at_start = at_start
         self.named = named
@@ -169,9 +170,7 @@ class ToolStage:
 
     def _in_text(self, buf: str, pos: int, final: bool) -> int | None:
         if self.fresh and self.at_start:
-            j = pos
-            while j < len(buf) and buf[j] in _WS:
-                j += 1
+            j = _skip_blanks(buf, pos)
             if j == len(buf) and not final:
                 self._stop = pos
                 return None
@@ -184,8 +183,7 @@ class ToolStage:
                 self.raw = []
                 self._open(kind)
                 return j
-        markers = self.base.all_text_markers + self.drop
-        i, m = find_marker(buf[pos:], markers, final)
+        i, m = find_marker(buf[pos:], self.scan, final)
         self._content(buf[pos:pos + i])
         if m is None:
             self._stop = pos + i
@@ -195,8 +193,8 @@ class ToolStage:
         if m in self.drop and m not in self.base.all_text_markers:
             return pos + i + len(m)  # content-block framing: never shown
         self.fresh = False
-        # the spelling whose marker this is reads the section or call it opens
-        self.fmt = next((row for row in (self.base,) + self.base.spellings if m in row.text_markers), self.base)
+        if self.base.spellings:  # the spelling whose marker this is reads the section or call it opens
+            self.fmt = next((row for row in (self.base,) + self.base.spellings if m in row.text_markers), self.base)
         if m in self.fmt.section_begin:
             self.raw, self.sec0 = [m], self.calls.index
             self._move(SECTION_BEGIN, m)
@@ -225,9 +223,7 @@ class ToolStage:
         c = buf[j]
         kind = self.at_start.get(c)
         if kind == "list|pythonic":  # '[' opens a JSON list or a Python call list
-            k = j + 1
-            while k < len(buf) and buf[k] in _WS:
-                k += 1
+            k = _skip_blanks(buf, j + 1)
             if k == len(buf):
                 return "pythonic" if final else "wait"
             return "list" if buf[k] in "{]" else "pythonic"
@@ -237,7 +233,8 @@ class ToolStage:
         if self.fmt.section_body:  # a JSON object right inside the section is a call
             j = _skip_blanks(buf, pos)
             if j < len(buf) and buf[j] == "{":
-                (self.raw if self._empty_section() else []).append(buf[pos:j])
+                if self._empty_section():
+                    self.raw.append(buf[pos:j])
                 self.ws, self.said, self.header = "", False, ""
                 self._open(self.fmt.section_body)
                 return j
@@ -258,9 +255,7 @@ class ToolStage:
     def _in_header(self, buf: str, pos: int, final: bool) -> int | None:
         fmt = self.fmt
         if fmt.list_after_begin and not self.header.strip():
-            j = pos
-            while j < len(buf) and buf[j] in _WS:
-                j += 1
+            j = _skip_blanks(buf, pos)
             if j < len(buf) and buf[j] == "[":
                 self.raw.append(buf[pos:j])
                 self._open("list")

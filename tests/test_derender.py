@@ -100,19 +100,20 @@ def test_tool_choice_and_reasoning_gates(qwen, extra, finish, content):
     assert stream_view(chunks) == view
 
 
-def test_call_cut_off_by_length_keeps_its_partial_arguments(qwen):
-    """Issue 15: the arguments are what the model wrote (OpenAI's behaviour), nothing is
-    invented to close them, and the finish reason stays "length"; streamed == whole."""
-    ids = qtok().encode('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par')
+def test_call_cut_off_by_length_is_content(qwen):
+    """Issue 22, one rule for every family: a call cut off by max_tokens inside its
+    arguments is content, its text as written (no tool_calls entry with broken JSON, as
+    vLLM's whole answers return it), the finish reason stays "length"; streamed == whole."""
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par'
+    ids = qtok().encode(text)
     d = Derender(qwen, prompt=qtok().encode(USER), extra={"chat_request": {"tools": TOOLS}})
     choice = d.whole([gen_choice(ids, "length")])["choices"][0]
     assert choice["finish_reason"] == "length"
-    assert [(t["function"]["name"], t["function"]["arguments"]) for t in choice["message"]["tool_calls"]] == [
-        ("get_weather", '{"city": "Par')]
+    assert not choice["message"].get("tool_calls") and choice["message"]["content"] == text
     chunks, _ = d.stream(token_chunks(ids, "token", "length"))
-    args = "".join(tc["function"].get("arguments") or "" for c in chunks for ch in c.get("choices", [])
-                   for tc in (ch.get("delta") or {}).get("tool_calls") or [])
-    assert args == '{"city": "Par'
+    deltas = [ch.get("delta") or {} for c in chunks for ch in c.get("choices", [])]
+    assert not any(delta.get("tool_calls") for delta in deltas)
+    assert "".join(delta.get("content") or "" for delta in deltas) == text
 
 
 def test_eos_is_not_text_and_stop_reason_follows_the_engine(smol):

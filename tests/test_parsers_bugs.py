@@ -14,7 +14,9 @@ from parsers.api import ParserSpec, message_from_events
 from parsers.events import ToolCallEnd
 from parsers.pythonic import call_to_json
 from parsers.schema import coerce, param_schemas
-from parsers_fixtures.helpers import assert_chunking_invariant, assert_restore_invariant
+from conftest import MODELS, needs_shared
+from parsers.events import Content
+from parsers_fixtures.helpers import assert_chunking_invariant, assert_restore_invariant, coalesce, run, token_pieces
 from parsers_fixtures.samples import (DS_CALL, DS_CALLS_BEGIN, DS_CALLS_END, DS_END, DS_SEP, K_ARG, K_CALL, K_END,
                                       K_SEC, K_SEC_END, TOOLS, tool)
 
@@ -117,6 +119,19 @@ def test_cut_off_call_is_content(family, text, written):
     events, msg = parse(spec, text)
     assert calls(msg) == [] and ends(events) == []
     assert msg.content == (written if family == "openai" else text)
+
+
+@needs_shared
+@pytest.mark.parametrize("model,family", [("qwen3", "hermes"), ("llama-3.1-instruct", "llama3_json"),
+                                          ("deepseek-v3.1", "deepseek_v31"), ("gpt-oss", "openai")])
+def test_cut_off_call_is_content_token_by_token(model, family):
+    """Issue 22 at the model's own token boundaries (its real tokenizer): the same content."""
+    text, written = next((t, w) for f, t, w in CUT if f == family)
+    spec = ParserSpec(tool=family, tools=TOOLS, reasoning="openai_gptoss" if family == "openai" else None)
+    pieces = token_pieces(MODELS / model / "tokenizer.json", text)
+    assert "".join(pieces) == text and len(pieces) > 5
+    expected = [Content(written if family == "openai" else text)]
+    assert coalesce(run(spec, [text])) == coalesce(run(spec, pieces)) == expected
 
 
 @pytest.mark.parametrize("family,text,written", CUT, ids=[c[0] for c in CUT])

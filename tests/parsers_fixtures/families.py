@@ -61,7 +61,8 @@ TYPED_TOOL = {"type": "function", "function": {"name": "typed", "parameters": {"
     "s": {"type": "string"}, "i": {"type": "integer"}, "b": {"type": "boolean"}, "n": {"type": "number"},
     "arr": {"type": "array"}, "obj": {"type": "object"}, "union": {"type": ["string", "object"]},
     "any_of": {"anyOf": [{"type": "string"}, {"type": "array"}]}, "one_of": {"oneOf": [{"type": "number"}]},
-    "bad_int": {"type": "integer"}}}}}
+    "bad_int": {"type": "integer"}, "alias_int": {"type": "int"}, "prefix_uint": {"type": "uint32"},
+    "alias_list": {"type": "list"}}}}}
 ONEOF_TOOL = {"type": "function", "function": {"name": "set", "parameters": {"oneOf": [
     {"type": "object", "properties": {"kind": {"const": "count"}, "value": {"type": "integer"}}},
     {"type": "object", "properties": {"kind": {"const": "label"}, "value": {"type": "string"}}}]}}}
@@ -353,7 +354,8 @@ def _issue22(spec) -> list:
     ("hy-v4-typed", typed[0],
      f"<tool_calls{HY4}>" + hy4("typed", ("s", "Beijing"), ("i", "-7"), ("b", "True"), ("n", "1e3"), ("arr", '["a", "b"]'),
                                ("obj", '{"k": 1}'), ("union", "plain"), ("any_of", '["x"]'), ("one_of", "2.5"),
-                               ("bad_int", "notanint")) + f"</tool_calls{HY4}>"),
+                               ("bad_int", "notanint"), ("alias_int", "7"), ("prefix_uint", "42"),
+                               ("alias_list", "[1]")) + f"</tool_calls{HY4}>"),
     ("hy-v4-duplicate-key", spec("hy_v4"),
      f"<tool_calls{HY4}>" + hy4("get_weather", ("city", "Paris"), ("city", "Berlin")) + f"</tool_calls{HY4}>"),
     ("hy-v4-cut", spec("hy_v4"),
@@ -533,7 +535,7 @@ FAMILY_EXPECTED = {
     # issue 22
     'hy-v4-opensource': ('Plan.', 'Sure.', [('get_weather', '{"city": "Paris", "days": 3}'), ('noop', '{}')]),
     'hy-v4-unsuffixed': (None, None, [('get_weather', '{"city": "北京", "days": "x"}'), ('noop', '{}')]),
-    'hy-v4-typed': (None, None, [('typed', '{"s": "Beijing", "i": -7, "b": true, "n": 1000.0, "arr": ["a", "b"], "obj": {"k": 1}, "union": "plain", "any_of": ["x"], "one_of": 2.5, "bad_int": "notanint"}')]),
+    'hy-v4-typed': (None, None, [('typed', '{"s": "Beijing", "i": -7, "b": true, "n": 1000.0, "arr": ["a", "b"], "obj": {"k": 1}, "union": "plain", "any_of": ["x"], "one_of": 2.5, "bad_int": "notanint", "alias_int": 7, "prefix_uint": 42, "alias_list": [1]}')]),
     'hy-v4-duplicate-key': (None, None, [('get_weather', '{"city": "Paris", "city": "Berlin"}')]),
     'hy-v4-cut': (None, '<tool_calls:opensource><tool_call:opensource>get_weather<arg_key:opensource>city</arg_key:opensource><arg_value:opensource>Paris</arg_value:opensource><arg_key:opensource>days</arg_key:opensource><arg_value:opensource>2', []),
     'kimi-k3-reasoning-only-framing': ('Plan.', 'Hi.', []),
