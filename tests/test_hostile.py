@@ -708,6 +708,19 @@ def test_a_trickled_body_gets_408_at_its_deadline():
                 answer += chunk
             assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
             assert b'"code":408' in answer
+        with _slow_upload(url) as sock:  # a client that hangs up mid-body
+            pass
+        # neither is a server error (they were counted as 5xx, with a traceback in the log): wait
+        # until the app has answered both, then look
+        def answered_408() -> tuple[float, list[str]]:
+            lines = [line for line in httpx.get(url + "/metrics").text.splitlines() if not line.startswith("#")]
+            ours = [line for line in lines if line.startswith("render_service_requests_total")]
+            return sum(float(line.rsplit(" ", 1)[1]) for line in ours if 'status="408"' in line), lines
+        deadline = time.monotonic() + 30
+        while (count := answered_408())[0] < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert count[0] >= 2
+        assert not [line for line in count[1] if 'status="5' in line]
         # a body sent at the minimum rate is never cut: 600 bytes at ~300 bytes/s
         body = orjson_line({"model": None, "messages": [{"role": "user", "content": "hi " * 150}]})
         with _connect(url) as sock:

@@ -11,7 +11,7 @@ from typing import Any, Callable, TypeVar
 
 import orjson
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from ..serve.config import ServeConfig
@@ -119,7 +119,8 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         OpenAIError: 400 for a non-JSON content type or malformed JSON (vLLM answers 400, not
         415, for the content type), 415 for a compressed body (any ``Content-Encoding`` but
         ``identity``: routers send JSON uncompressed, and inflating would need its own size
-        limit), 413 when the body exceeds ``max_bytes``.
+        limit), 413 when the body exceeds ``max_bytes``, 408 when the body never arrives (the
+        client hung up, or the connection's body deadline answered 408 already).
     """
     ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
     if ctype not in ("application/json", ""):
@@ -131,11 +132,15 @@ async def read_json(request: Request, max_bytes: int) -> Any:
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise OpenAIError(413, f"Request body is {declared} bytes; the limit is {max_bytes}.")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise OpenAIError(413, f"Request body exceeds the limit of {max_bytes} bytes.")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_bytes:
+                raise OpenAIError(413, f"Request body exceeds the limit of {max_bytes} bytes.")
+            chunks.append(chunk)
+    except ClientDisconnect:  # the client hung up mid-body, or the connection's body deadline answered 408
+        raise OpenAIError(408, "The request body did not arrive: the client went away or was too slow "
+                               "(--body-read-timeout, --body-min-rate).") from None
     try:
         return orjson.loads(b"".join(chunks))
     except orjson.JSONDecodeError as exc:
