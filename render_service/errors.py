@@ -14,6 +14,7 @@ _TYPES = {
     401: "AuthenticationError",
     404: "NotFoundError",
     405: "MethodNotAllowedError",
+    408: "RequestTimeoutError",
     413: "RequestEntityTooLargeError",
     415: "UnsupportedMediaTypeError",
     422: "UnprocessableEntityError",

@@ -128,8 +128,16 @@ def test_auto_tool_choice_without_a_parser_is_refused_before_the_model_loads(tmp
                            "--host", "127.0.0.1", "--port", str(free_port())],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 2
-    assert "--enable-auto-tool-choice requires --tool-call-parser" in done.stderr
-    assert str(missing) not in done.stderr  # refused before anything tried to load the model
+    assert done.stderr.strip() == "render-service: error: --enable-auto-tool-choice requires --tool-call-parser NAME (or auto)"
+    # one line: refused before anything tried to load the model, and before any start-up chatter
+
+
+def test_a_wrong_serve_flag_shows_serves_usage():
+    done = subprocess.run([sys.executable, "-m", "render_service.serve.cli", "serve", "--no-such-flag"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: render-service serve ")
+    assert done.stderr.strip().endswith("render-service serve: error: unrecognized arguments: --no-such-flag")
 
 
 def test_a_tool_parser_without_auto_tool_choice_warns(caplog):

@@ -214,12 +214,10 @@ def run_serve(args: argparse.Namespace) -> int:
     from .server import StartupError, build_app
 
     config = build_config(args)
-    if config.stream_state_secret is None:
+    random_key = config.stream_state_secret is None
+    if random_key:
         # One random key for this server and all its --workers (they inherit it through the config).
         config = dataclasses.replace(config, stream_state_secret=random_secret())
-        logging.getLogger("render_service").info(
-            "stream_state key: random for this server; to let streams move between replicas give every replica "
-            "the same --stream-state-secret / RENDER_SERVICE_STATE_SECRET (at least %d characters)", MIN_SECRET_CHARS)
     from . import launch_compat
 
     launch_compat.apply_environment(args)
@@ -233,6 +231,10 @@ def run_serve(args: argparse.Namespace) -> int:
     except StartupError as exc:
         print(f"render-service: error: {exc}", file=sys.stderr)
         return 2
+    if random_key:  # said once the server will start, not before a refusal
+        logging.getLogger("render_service").info(
+            "stream_state key: random for this server; to let streams move between replicas give every replica "
+            "the same --stream-state-secret / RENDER_SERVICE_STATE_SECRET (at least %d characters)", MIN_SECRET_CHARS)
     scheme = "https" if config.ssl_certfile else "http"
     logging.getLogger("render_service").info(
         "serving %s (context %d tokens) on %s", bundle.model_name, bundle.max_model_len,
@@ -304,7 +306,9 @@ def main(argv: list[str] | None = None) -> int:
             module.register(sub)
         else:  # listed in --help; its flags are known only once it is chosen
             sub.add_parser(name, help=help_text, add_help=False)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the subcommand's parser, so the usage shown is the subcommand's
+        (sub.choices.get(args.command) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not hasattr(args, "func"):
         parser.error(f"`{args.command}` is not installed in this environment (pip install -e '.[dev]')")
     return args.func(args) or 0
