@@ -4,8 +4,10 @@ than REF, on the workloads that matter, measured in one run?
 Method. Both versions are spawned as ``render-service serve`` on loopback, one after the
 other (so each start-up is timed alone: seconds to ``/health``), with the same model and
 flags and serve's default logging (the access log is part of the cost). Then ``--rounds``
-rounds; in each, every workload runs on both servers in turn, the order alternating
-(ABBA), the same requests on both. Requests go one at a time (no queueing in the figure);
+rounds; in each, every workload runs on both servers in lockstep: each request goes to one
+server and then the same request to the other, the order alternating request by request
+(ABBA), so load from elsewhere on a shared machine falls on both alike. Requests go one at a
+time (no queueing in the figure);
 the server's CPU is read before and after each request from the scheduler's per-thread
 run time (`bench.targets.ThreadCpu`, nanoseconds: a 0.5 ms request is measured, not
 rounded to a 10 ms clock tick). A round gives each server a CPU-per-request figure; the
@@ -127,26 +129,44 @@ class Side:
             raise TargetError(f"{self.name}: {path} answered {r.status_code}: {r.text[:300]}")
         return orjson.loads(r.content)
 
-    def run(self, workload: Workload, first: int, sessions: int, max_calls: int | None = None) -> list[tuple[float, dict]]:
-        """Run ``sessions`` sessions from index ``first``, one request at a time; (CPU s, tag)
-        per request. ``max_calls`` cuts each session short (warm-up)."""
-        out = []
-        for index in range(first, first + sessions):
-            gen, answer, calls = workload.session(index), None, 0
-            try:
-                while max_calls is None or calls < max_calls:
-                    call = gen.send(answer)
-                    before = self.cpu.sample()
-                    answer = self.post(call.path, call.body)
-                    out.append((ThreadCpu.delta(before, self.cpu.sample()), dict(call.tag)))
-                    if call.check is not None:
-                        call.check(answer)
-                    calls += 1
-            except StopIteration:
-                pass
-            finally:
-                gen.close()
-        return out
+    def call(self, call) -> tuple[float, Any]:
+        """POST one call; (server CPU seconds it took, parsed answer)."""
+        before = self.cpu.sample()
+        answer = self.post(call.path, call.body)
+        used = ThreadCpu.delta(before, self.cpu.sample())
+        if call.check is not None:
+            call.check(answer)
+        return used, answer
+
+
+def run_lockstep(sides: list[Side], workload: Workload, first: int, sessions: int, flip: bool,
+                 max_calls: int | None = None) -> list[list[tuple[float, dict]]]:
+    """Run ``sessions`` sessions from index ``first`` on every side in lockstep: each call goes
+    to one side and then the other (the order alternating call by call, starting reversed when
+    ``flip``), so load from elsewhere on the machine falls on both alike. Each side drives its
+    own session generator (answers such as ``stream_state`` differ between versions).
+    Returns (CPU s, tag) per call, per side. ``max_calls`` cuts each session short (warm-up)."""
+    out: list[list[tuple[float, dict]]] = [[] for _ in sides]
+    k = int(flip)
+    for index in range(first, first + sessions):
+        gens = [workload.session(index) for _ in sides]
+        answers: list[Any] = [None] * len(sides)
+        calls = 0
+        try:
+            while max_calls is None or calls < max_calls:
+                pending = [g.send(a) for g, a in zip(gens, answers)]
+                order = range(len(sides)) if k % 2 == 0 else reversed(range(len(sides)))
+                k += 1
+                for i in order:
+                    used, answers[i] = sides[i].call(pending[i])
+                    out[i].append((used, dict(pending[i].tag)))
+                calls += 1
+        except StopIteration:
+            pass
+        finally:
+            for g in gens:
+                g.close()
+    return out
 
 
 def checkout(ref: str, tmp: Path) -> tuple[Path | str, str]:
@@ -231,14 +251,13 @@ def run_regress(args: argparse.Namespace) -> int:
             for spec in specs:
                 workload = workloads[spec.name] = spec.build()
                 workload.prepare(Probe(tokenizer, None, lambda p, b: sides[0].post(p, b), print))
-                for side in sides:  # warm-up: the first calls of one session, not measured
-                    side.run(workload, 10**9 - 1, 1, max_calls=10)
+                run_lockstep(sides, workload, 10**9 - 1, 1, False, max_calls=10)  # warm-up, not measured
             for r in range(rounds):
                 for spec in specs:
                     n = max(1, round(spec.sessions * scale))
-                    for side in sides if r % 2 == 0 else sides[::-1]:
-                        figures = spec.figures(side.run(workloads[spec.name], r * 10**6, n))
-                        for figure, value in figures.items():
+                    per_side = run_lockstep(sides, workloads[spec.name], r * 10**6, n, flip=r % 2 == 1)
+                    for side, samples in zip(sides, per_side):
+                        for figure, value in spec.figures(samples).items():
                             side.figures.setdefault(spec.name, {}).setdefault(figure, []).append(value)
                 if not args.quiet:
                     print(f"bench regress: round {r + 1}/{rounds} done", flush=True)

@@ -69,9 +69,8 @@ def load_route(server_load: Callable[[], int]) -> Route:
 def routes(ctx: AppContext) -> list[Route]:
     """Info, tokenize and metrics routes bound to ``ctx``."""
     bundle = ctx.bundle
-    registry = prometheus_client.CollectorRegistry()
-    registry.register(_TokenizerCacheCollector(bundle.tokenizer))
-    registry.register(ctx.admission.collector())
+    ctx.metrics.add_collector(_TokenizerCacheCollector(bundle.tokenizer))
+    ctx.metrics.add_collector(ctx.admission.collector())
 
     async def models(request: Request) -> JSONResponse:
         data = [
@@ -130,9 +129,7 @@ def routes(ctx: AppContext) -> list[Route]:
         return JSONResponse({"prompt": await ctx.run_cpu(bundle.tokenizer.decode, req.tokens, False)})
 
     async def metrics(request: Request) -> Response:
-        text = b"".join(prometheus_client.generate_latest(r)
-                        for r in (prometheus_client.REGISTRY, registry, ctx.metrics.registry))
-        return Response(text, media_type=prometheus_client.CONTENT_TYPE_LATEST)
+        return Response(ctx.metrics.exposition(), media_type=prometheus_client.CONTENT_TYPE_LATEST)
 
     return [
         Route("/v1/models", models, methods=["GET"]),
