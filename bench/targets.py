@@ -224,7 +224,9 @@ class SpawnedServer:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         if self.root != "":
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.root), os.environ.get("PYTHONPATH")]))
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self._log,
+        # `python -m` puts the working directory first on sys.path: run where the code under test is
+        cwd = tempfile.gettempdir() if self.root == "" else str(self.root)
+        self.proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=self._log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def wait_ready(self, timeout: float = 300.0) -> None:

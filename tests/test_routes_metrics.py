@@ -65,6 +65,7 @@ def test_our_series(client):
     assert grew('render_service_requests_total{route="/v1/chat/completions/render",status="400"}') == 1
     assert grew('render_service_request_duration_seconds_count{route="/v1/chat/completions/render"}') == 2
     assert "render_service_requests_in_flight" in after
+    assert "render_tokenizer_prefix_cache_reused_tokens_total" in after and "render_tokenizer_prefix_cache_bytes" in after
 
 
 def _series_values(text: str) -> dict[str, float]:
