@@ -55,6 +55,9 @@ from .workloads.render import AgentTrace, RenderLong, RenderShort
 _REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = _REPO.parent / "shared" / "models" / "qwen3"
 LATE_TURNS = 5
+# serve's log lines (render_service.tokenizer.text_tokenizer) around a background fast-backend build
+BUILDING = "while the fastokens backend is built"
+SWITCHED = ("tokenizer backend fastokens (", "tokenizer backend falls back", "fast tokenizer backend failed")
 
 
 @dataclass
@@ -114,6 +117,11 @@ class Side:
         self.server.start()
         self.server.wait_ready()
         self.startup_s = time.monotonic() - t0
+        # A server may answer /health before its fast tokenizer backend takes over: measure after
+        deadline = time.monotonic() + 300
+        while (BUILDING in self.server.output() and not any(m in self.server.output() for m in SWITCHED)
+               and time.monotonic() < deadline):
+            time.sleep(0.2)
         self.cpu = ThreadCpu(self.server.proc.pid)
         self.client = httpx.Client(base_url=self.server.url, timeout=120, trust_env=False)
 

@@ -62,6 +62,7 @@ class TextTokenizer:
             # Building fastokens from tokenizer.json is most of a text model's start-up (seconds, the
             # GIL released); HF serves meanwhile, equal by definition, and fastokens takes over once proven.
             self.backend_note = "hf while fastokens is built and checked"
+            log.info("%s: encoding with HF while the fastokens backend is built and checked", self.name)
             self._fast_ready.clear()
             threading.Thread(target=self._take_fast, name="fastokens-build", daemon=True).start()
         elif backend != "hf":
