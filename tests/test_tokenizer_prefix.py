@@ -133,11 +133,15 @@ def test_every_shared_tokenizer_growing_and_diverging_prompts(model):
 
 @needs_shared
 def test_memory_is_bounded_and_counted():
-    tt, hf = _load("qwen3", prefix_cache_bytes=1_000_000)
+    tt, hf = _load("qwen3", prefix_cache_bytes=4_000_000)
     texts = [f"<|im_start|>user\nTicket {k}\n{_CODE[:8000]}<|im_end|>\n<|im_start|>assistant\n" for k in range(12)]
-    _check(tt, hf, texts)
+    _check(tt, hf, texts)  # one-shot prompts: they share an eighth of the budget
     stats = tt.prefix_stats()
-    assert stats["bytes"] <= 1_000_000 and stats["evictions"] > 0 and 0 < stats["entries"] < 12
+    assert stats["bytes"] <= 4_000_000 // 8 and stats["evictions"] > 0 and 0 < stats["entries"] < 12
+    for k in range(6):  # a conversation that keeps extending stays, in one entry, beyond that share
+        texts.append(texts[-1] + f"Step {k}.<|im_end|>\n<|im_start|>user\n{_CODE[k * 3000:(k + 1) * 3000]}<|im_end|>\n")
+        _check(tt, hf, texts[-1:])
+    assert tt.prefix_stats()["hits"] == 6
     off, _ = _load("qwen3", prefix_cache_bytes=0)
     assert off.prefix_stats()["enabled"] == 0 and off.encode(texts[0]) == hf.encode(texts[0]).ids
 

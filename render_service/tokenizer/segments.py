@@ -34,6 +34,7 @@ only cuts where that holds:
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import re
 import sys
@@ -363,7 +364,7 @@ class _Prompt:
 
     __slots__ = ("text", "ids", "cuts", "size", "key")
 
-    def __init__(self, text: str, ids: list[int], cuts: list[tuple[int, int]] | None) -> None:
+    def __init__(self, text: str, ids: list[int] | tuple[int, ...], cuts: list[tuple[int, int]] | None) -> None:
         self.text, self.ids, self.cuts, self.key = text, ids, cuts, -1
         self.size = sys.getsizeof(text) + SegmentCache._BYTES_PER_ID * len(ids) + 64 * len(cuts or ()) + 400
 
@@ -386,7 +387,10 @@ class PrefixCache:
     new system prompt) simply reuses an earlier cut, or nothing.
 
     Bounded: an LRU of prompts by estimated resident bytes (text + 36 bytes per id); a
-    prompt that extends a cached one replaces it, so an agent loop holds one entry. Prompts
+    prompt that extends a cached one replaces it, so an agent loop holds one entry, and
+    prompts never extended (one-shot traffic) share only 1/`COLD_SHARE` of the budget, so
+    they neither crowd out conversations nor grow the process by the whole budget; their ids
+    are kept as tuples, which the garbage collector stops scanning. Prompts
     shorter than `MIN_CHARS` bypass it. Thread-safe; encoding runs outside the lock.
 
     Args:
@@ -400,6 +404,7 @@ class PrefixCache:
     WINDOW = 4096
     HEAD_CHARS = 1024  # only prompts that share their first HEAD_CHARS characters are compared
     PARTIAL_CANDIDATES = 3  # most recent of those that the new prompt does not wholly extend
+    COLD_SHARE = 8  # prompts never extended (one-shot traffic) hold at most 1/COLD_SHARE of the budget
 
     def __init__(self, splitter: SegmentSplitter, max_bytes: int, encode: Callable[[str], list[int]],
                  encode_batch: Callable[[list[str]], list[list[int]]]) -> None:
@@ -407,6 +412,8 @@ class PrefixCache:
         self._encode, self._encode_batch = encode, encode_batch
         self._entries: OrderedDict[int, _Prompt] = OrderedDict()
         self._heads: dict[str, list[int]] = {}  # first HEAD_CHARS characters -> keys, oldest first
+        self._cold: OrderedDict[int, None] = OrderedDict()  # entries not (yet) extended, oldest first
+        self.cold_bytes = 0
         self._lock = threading.Lock()
         self._next_key = 0
         self.bytes = self.hits = self.misses = self.evictions = self.reused_tokens = self.encoded_tokens = 0
@@ -417,17 +424,19 @@ class PrefixCache:
             return self._encode(text)
         found = self._find(text)
         if found is None:
+            # Its cuts are found when a later prompt first extends it (`_cuts`); until then it may
+            # be one-shot traffic: its ids as a tuple, which the garbage collector stops scanning.
             ids = self._encode(text)
-            cuts = None  # found when a later prompt first extends this one (`_cuts`)
-            replaced, reused = None, 0
-        else:
-            replaced, (start, reused) = found
-            parts = self.splitter.split(text[start:])
-            tail, sizes = self._encode_parts(parts)
-            ids = replaced.ids[:reused]
-            ids += tail
-            cuts = [c for c in self._cuts(replaced) if c[0] <= start]
-            cuts += [(c, n + reused) for c, n in self.splitter.cut_ends(start, parts, sizes)]
+            self._store(_Prompt(text, tuple(ids), None), None, 0, len(ids))
+            return ids
+        replaced, (start, reused) = found
+        parts = self.splitter.split(text[start:])
+        tail, sizes = self._encode_parts(parts)
+        kept = replaced.ids
+        ids = kept[:reused] if kept.__class__ is list else list(itertools.islice(kept, reused))
+        ids += tail
+        cuts = [c for c in self._cuts(replaced) if c[0] <= start]
+        cuts += [(c, n + reused) for c, n in self.splitter.cut_ends(start, parts, sizes)]
         self._store(_Prompt(text, ids, cuts), replaced, reused, len(ids) - reused)
         return list(ids)  # the caller's own list: the cached one must never change
 
@@ -490,12 +499,19 @@ class PrefixCache:
                     self._drop(replaced.key)  # the conversation moved on: keep the newer one
             self.reused_tokens += reused
             self.encoded_tokens += encoded
-            if prompt.size > self.max_bytes // 4:
+            cold_budget = self.max_bytes // self.COLD_SHARE
+            if prompt.size > (cold_budget if replaced is None else self.max_bytes // 4):
                 return
             prompt.key, self._next_key = self._next_key, self._next_key + 1
             self._entries[prompt.key] = prompt
             self._heads.setdefault(prompt.text[:self.HEAD_CHARS], []).append(prompt.key)
             self.bytes += prompt.size
+            if replaced is None:
+                self._cold[prompt.key] = None
+                self.cold_bytes += prompt.size
+            while self.cold_bytes > cold_budget and self._cold:
+                self._drop(next(iter(self._cold)))
+                self.evictions += 1
             while self.bytes > self.max_bytes and self._entries:
                 self._drop(next(iter(self._entries)))
                 self.evictions += 1
@@ -503,6 +519,8 @@ class PrefixCache:
     def _drop(self, key: int) -> None:
         prompt = self._entries.pop(key)
         self.bytes -= prompt.size
+        if self._cold.pop(key, 0) is None:
+            self.cold_bytes -= prompt.size
         head = prompt.text[:self.HEAD_CHARS]
         keys = self._heads[head]
         keys.remove(key)
@@ -514,7 +532,8 @@ class PrefixCache:
         with self._lock:
             self._entries.clear()
             self._heads.clear()
-            self.bytes = 0
+            self._cold.clear()
+            self.bytes = self.cold_bytes = 0
 
     def stats(self) -> dict[str, int]:
         """Counters since creation (``hits``, ``misses``, ``evictions``, ``reused_tokens``,
