@@ -43,18 +43,22 @@ class AppContext:
         if self.admission is None:
             self.admission = Admission(CPU_THREADS, self.config.max_queue_delay_ms / 1000)
 
-    async def run_cpu(self, fn: Callable[..., T], *args: Any, deadline: bool = True) -> T:
+    async def run_cpu(self, fn: Callable[..., T], *args: Any, deadline: bool = True, inline: bool = False) -> T:
         """Run CPU-bound ``fn(*args)`` off the event loop (tokenizers releases the GIL).
 
         Waits for a pool slot at most ``--max-queue-delay-ms`` (``deadline=False`` for the
-        steps of a stream that already started: they wait their turn).
+        steps of a stream that already started: they wait their turn). ``inline``: a step
+        too small to be worth the hand-off to a pool thread (it costs more than rendering a
+        short chat) runs on the event loop, still holding its slot.
 
         Raises:
             Overloaded: 503, the pool could not start ``fn`` in time.
         """
-        # The thread runs in a copy of this request's context (it sees CLIENT_GONE, see http.cancel).
-        call = functools.partial(contextvars.copy_context().run, fn, *args)
         async with self.admission.slot(deadline):
+            if inline:
+                return fn(*args)
+            # The thread runs in a copy of this request's context (it sees CLIENT_GONE, see http.cancel).
+            call = functools.partial(contextvars.copy_context().run, fn, *args)
             return await asyncio.get_running_loop().run_in_executor(self.executor, call)
 
     def check_model(self, model: str | None) -> None:

@@ -13,6 +13,7 @@ from ..render.tool_constraints import unenforced
 from ..render.media import chat_media_parts, load_media_input, mm_payload
 from ..wire.openai import ChatCompletionRequest, CompletionRequest
 from .common import AppContext, JSONResponse, read_json, validate
+from .derender_routes import INLINE_BODY_BYTES
 
 
 # Response header set when tool_choice required / named reaches the engine unconstrained (why, in words).
@@ -24,6 +25,18 @@ def _request_id(request: Request, body_id: str | None) -> str:
     return request.headers.get("x-request-id") or body_id or new_request_id()
 
 
+def _small(request: Request) -> bool:
+    """A body small enough to render on the event loop (as derender's small chunks are);
+    callers also ask for the fast tokenizer backend (HF would hold the loop for milliseconds)."""
+    size = request.headers.get("content-length", "")
+    return size.isdigit() and int(size) <= INLINE_BODY_BYTES
+
+
+def _request_template(req: ChatCompletionRequest) -> bool:
+    """The request brings its own template, which renders in a worker process: never inline."""
+    return req.chat_template is not None or "chat_template" in (req.chat_template_kwargs or {})
+
+
 def routes(ctx: AppContext) -> list[Route]:
     """The render routes bound to ``ctx``."""
 
@@ -32,7 +45,8 @@ def routes(ctx: AppContext) -> list[Route]:
         ctx.check_model(req.model)
         rid = _request_id(request, req.request_id)
         media = await load_media_input(ctx.multimodal, chat_media_parts(req.messages), mm_payload(req))
-        out = await ctx.run_cpu(render_chat, ctx.bundle, ctx.config, req, rid, media)
+        inline = media is None and _small(request) and not _request_template(req) and ctx.bundle.tokenizer.backend_name != "hf"
+        out = await ctx.run_cpu(render_chat, ctx.bundle, ctx.config, req, rid, media, inline=inline)
         ctx.metrics.rendered(request.url.path, out)
         parser = ctx.config.tool_call_parser if tool_parser_active(ctx.config) else None
         note = unenforced(parser, req.tools, effective_tool_choice(req.tool_choice, req.tools))
