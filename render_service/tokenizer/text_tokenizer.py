@@ -23,8 +23,8 @@ BACKEND_CHOICES = ("auto", "hf", "fast")
 class TextTokenizer:
     """A Hugging Face `tokenizers.Tokenizer` with the calls render and derender need.
 
-    Encoding goes through a backend (HF reference or `fastokens`) and an exact segment
-    cache (`segments.py`); decoding and vocabulary look-ups use ``hf``. Either way
+    Encoding goes through a backend (HF reference or `fastokens`), an exact prefix cache
+    and an exact segment cache (`segments.py`); decoding and vocabulary look-ups use ``hf``. Either way
     ``encode(text)`` equals ``hf.encode(text).ids``.
 
     Args:
@@ -166,8 +166,9 @@ class TextTokenizer:
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Token ids of ``text``; ``add_special_tokens`` runs the post-processor (BOS/EOS).
 
-        Equal to ``hf.encode(text, add_special_tokens=...).ids``. Without post-processing,
-        text segments between added tokens come from the segment cache when seen before.
+        Equal to ``hf.encode(text, add_special_tokens=...).ids``. Without post-processing, a
+        prompt that starts like one seen before reuses its ids (prefix cache), and text
+        segments between added tokens come from the segment cache when seen before.
         """
         if add_special_tokens:
             return self._backend.encode(text, True)
