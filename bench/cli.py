@@ -89,8 +89,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``bench`` subcommand (``set_defaults(func=run)``) to the top-level CLI."""
     p = subparsers.add_parser("bench", help="capacity bench for render servers (ours or vLLM's)",
                               description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("workloads", nargs="+", choices=sorted(WORKLOADS), metavar="WORKLOAD",
-                   help=f"one or more of: {', '.join(WORKLOADS)}")
+    p.add_argument("workloads", nargs="+", choices=sorted([*WORKLOADS, "regress"]), metavar="WORKLOAD",
+                   help=f"one or more of: {', '.join(WORKLOADS)}; or `regress --baseline REF` alone (below)")
     g = p.add_argument_group("targets")
     g.add_argument("--target", metavar="URL", help="the server under test, e.g. http://127.0.0.1:8000")
     g.add_argument("--baseline", metavar="URL", action="append", default=[],
@@ -119,7 +119,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "long enough for every session to finish a stream: 40 for 1,600 call tokens)")
     g.add_argument("--max-requests", type=_positive(int), metavar="N", help="requests per target per measurement")
     g.add_argument("--warmup", type=int, default=5, metavar="N", help="warm-up requests per target, not measured (default 5)")
-    g.add_argument("--rounds", type=_positive(int), default=2, help="interleaved rounds of the main run (default 2)")
+    g.add_argument("--rounds", type=_positive(int), help="interleaved rounds of the main run (default 2; regress 4)")
     g.add_argument("--timeout", type=_positive(float), default=60.0, metavar="S", help="per-request timeout (default 60)")
     g.add_argument("--seed", type=int, default=0, help="workload and arrival seed (default 0)")
     g = p.add_argument_group("workloads")
@@ -128,12 +128,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--model", metavar="NAME", help="`model` to send (default: none, which servers accept)")
     g.add_argument("--prompt-tokens", type=_positive(int), help="render-long: rendered prompt length (default 9000); "
                    "four-hop: user message length (default 512)")
-    g.add_argument("--turns", type=_positive(int), default=10, help="agent-loop: turns per conversation (default 10)")
-    g.add_argument("--turn-tokens", type=_positive(int), default=600, help="agent-loop: tokens per tool result (default 600)")
+    g.add_argument("--turns", type=_positive(int), help="agent-loop / agent-trace: turns per conversation (default 10 / 41)")
+    g.add_argument("--turn-tokens", type=_positive(int), help="agent-loop / agent-trace: tokens per tool result "
+                   "(default 600 / 3300)")
     g.add_argument("--call-tokens", type=_positive(int), help="tool-call length in tokens "
                    "(stream-derender default 1600, derender 400)")
     g.add_argument("--max-tokens", type=_positive(int), default=64, help="four-hop: max_tokens (default 64)")
     g.add_argument("--stream", action="store_true", help="four-hop: stream the chat completions")
+    g = p.add_argument_group("regress: `render-service bench regress --baseline REF` (HEAD's server CPU per "
+                             "request against REF's; bench/regress.py)")
+    g.add_argument("--head", metavar="REF", help="the version under test (default: this working tree)")
+    g.add_argument("--only", metavar="W1,W2", help="regress workloads: render-short, render-9k, agent-trace, "
+                   "stream-chunk (default all); --tokenizer is the served model (default ../shared/models/qwen3), "
+                   "--spawn / --spawn-baseline add serve flags (both / the baseline)")
+    g.add_argument("--scale", type=_positive(float), default=1.0, help="regress: sessions per round x this (default 1)")
     g = p.add_argument_group("output")
     g.add_argument("--out", metavar="DIR", help="write DIR/results.json and PNG plots")
     g.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -145,6 +153,13 @@ def run(args: argparse.Namespace) -> int:
     for noisy in ("httpx", "httpcore", "matplotlib"):  # one log line per request would drown the table
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
+        if "regress" in args.workloads:
+            if args.workloads != ["regress"]:
+                raise UsageError("regress runs alone: `render-service bench regress --baseline REF [--only W1,W2]`")
+            from .regress import run_regress
+
+            return run_regress(args)
+        args.rounds = args.rounds or 2
         return _run(args)
     except (UsageError, TargetError, TokenizerLoadError) as exc:
         print(f"render-service bench: error: {exc}", file=sys.stderr)

@@ -350,3 +350,28 @@ def test_default_stream_duration_is_sized_to_the_box_by_the_warm_up(monkeypatch)
     assert slow / 2 >= 1600 / (40.0 * 2 / 4)  # each round fits a whole stream at the shared rate
     assert stream.default_duration(calls_per_s=4000.0, sessions=4) == 10.0
     assert stream.default_duration(calls_per_s=1.0, sessions=4) == stream.MAX_DEFAULT_S
+
+
+def test_regress_checks_out_a_ref_and_reports_median_ratios(tmp_path):
+    """`bench regress` pieces: a git ref becomes a source tree, per-thread CPU is read from
+    /proc, and the table's ratio is the median of the per-round ratios with their range."""
+    import os
+
+    from bench.regress import SPECS, Side, checkout, report
+    from bench.targets import ThreadCpu
+
+    root, label = checkout("HEAD", tmp_path)
+    assert (root / "render_service" / "__init__.py").is_file() and label.startswith("HEAD (")
+    assert checkout("installed", tmp_path)[0] == ""
+    meter = ThreadCpu(os.getpid())
+    before = meter.sample()
+    sum(i * i for i in range(200_000))
+    assert ThreadCpu.delta(before, meter.sample()) > 0
+
+    head, base = Side("head", "HEAD", root), Side("baseline", "REF", root)
+    head.cpu, head.startup_s, base.startup_s = meter, 1.0, 4.0
+    head.figures = {"render-short": {"CPU ms/request": [1.0, 2.0, 3.0]}}
+    base.figures = {"render-short": {"CPU ms/request": [2.0, 2.0, 2.0]}}
+    text, doc = report([head, base], [SPECS["render-short"]], 3)
+    assert doc["workloads"]["render-short"]["CPU ms/request"]["ratios"] == [0.5, 1.0, 1.5]
+    assert "1.00 [0.50-1.50]" in text and "0.25" in text  # start-up ratio

@@ -67,6 +67,7 @@ def test_our_series(client):
     assert grew('render_service_requests_total{route="/v1/chat/completions/render",status="400"}') == 1
     assert grew('render_service_request_duration_seconds_count{route="/v1/chat/completions/render"}') == 2
     assert "render_service_requests_in_flight" in after
+    assert "render_tokenizer_prefix_cache_reused_tokens_total" in after and "render_tokenizer_prefix_cache_bytes" in after
 
 
 def _series_values(text: str) -> dict[str, float]:
@@ -84,16 +85,16 @@ def test_in_flight_counts_requests_being_served():
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
-    from render_service.http.metrics import _RouteStats
+    from render_service.http.metrics import RequestMetrics
 
     async def run():
-        app = _RouteStats(slow_app, metrics, {"/x"})
+        app = RequestMetrics(slow_app, metrics, {"/x"})
         sent = []
 
         async def send(message):
             sent.append(message)
 
-        task = asyncio.create_task(app({"type": "http", "path": "/x", "method": "GET"}, None, send))
+        task = asyncio.create_task(app({"type": "http", "path": "/x", "method": "GET", "headers": []}, None, send))
         await started.wait()
         during = metrics._in_flight
         release.set()
@@ -101,6 +102,81 @@ def test_in_flight_counts_requests_being_served():
         return during
 
     assert asyncio.run(run()) == 1 and metrics._in_flight == 0
+
+
+def _toy_routes():
+    from starlette.responses import PlainTextResponse, StreamingResponse
+    from starlette.routing import Route
+
+    async def ok(request):
+        await request.body()
+        return PlainTextResponse("x" * 37)
+
+    async def bad(request):
+        return PlainTextResponse("no", status_code=422)
+
+    async def stream(request):
+        return StreamingResponse(iter([b"a", b"bc"]))
+
+    async def boom(request):
+        raise RuntimeError("boom")
+
+    return [Route("/v1/ok", ok, methods=["POST", "GET"]), Route("/v1/bad", bad), Route("/v1/stream", stream),
+            Route("/v1/boom", boom), Route("/health", ok), Route("/metrics", ok), Route("/load", ok)]
+
+
+def _drive(app) -> None:
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+
+    async def main():
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            await c.post("/v1/ok", content=b"12345")
+            await c.post("/v1/ok", content=b"1234567")
+            await c.get("/v1/ok")
+            await c.put("/v1/ok")  # 405: still the route's handler
+            await c.get("/v1/bad")
+            await c.get("/v1/stream")
+            await c.get("/v1/boom")
+            await c.get("/nowhere")  # 404: handler "none"
+            for path in ("/health", "/metrics", "/load"):
+                await c.get(path)
+
+    asyncio.run(main())
+
+
+def test_http_series_equal_prometheus_fastapi_instrumentators():
+    """Our middleware gives exactly the series vLLM's library gives (names, labels, buckets,
+    counts, size sums) for the same requests; only the measured durations differ."""
+    import prometheus_client
+    from prometheus_fastapi_instrumentator import Instrumentator
+    from starlette.applications import Starlette
+
+    from render_service.http.metrics import EXCLUDED_HANDLERS
+
+    theirs_registry = prometheus_client.CollectorRegistry()
+    theirs = Starlette(routes=_toy_routes())
+    Instrumentator(excluded_handlers=EXCLUDED_HANDLERS, registry=theirs_registry).add().instrument(theirs)
+    ours_metrics = ServiceMetrics()
+    ours = Starlette(routes=_toy_routes())
+    ours_metrics.install(ours, ours.routes)
+    _drive(theirs)
+    _drive(ours)
+
+    def http_series(registry) -> dict[str, float]:
+        text = prometheus_client.generate_latest(registry).decode()
+        out = {}
+        for line in text.splitlines():
+            if line.startswith("http_") and "_created" not in line:
+                key, value = line.rsplit(" ", 1)
+                timed = "duration" in key and not key.split("{")[0].endswith("_count") and 'le="+Inf"' not in key
+                out[key] = None if timed else float(value)  # which finite bucket a duration falls in is timing
+        return out
+
+    want, got = http_series(theirs_registry), http_series(ours_metrics.registry)
+    assert want and got == want
+    assert got['http_request_duration_highr_seconds_bucket{le="+Inf"}'] == 8
+    assert got['http_requests_total{handler="none",method="GET",status="4xx"}'] == 1
+    assert got['http_request_size_bytes_sum{handler="/v1/ok"}'] == 12
 
 
 @pytest.mark.skipif(not RECORDED.exists() or not SHARED.is_dir(), reason="vLLM's recorded /metrics or ../shared missing")
@@ -136,3 +212,41 @@ def test_unenforced_tool_choice_is_reported():
         resp = httpx.post(f"{url}/v1/chat/completions/render", json=body)
     assert "x-tool-choice-unconstrained" not in resp.headers
     assert json.loads(resp.json()["sampling_params"]["structured_outputs"]["structural_tag"])["type"] == "structural_tag"
+
+
+def test_two_workers_answer_one_merged_metrics_page(tmp_path, monkeypatch):
+    """serve --workers 2: each scrape, whichever worker answers it, counts every request
+    both workers served, and counters only grow between scrapes (issue 26 item 2)."""
+    from test_hostile import spawned_serve
+
+    multiproc = tmp_path / "metrics"
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(multiproc))
+    key = 'http_requests_total{handler="/v1/chat/completions/render",method="POST",status="2xx"}'
+    ours = 'render_service_requests_total{route="/v1/chat/completions/render",status="200"}'
+    with spawned_serve("--workers", "2", "--host", "127.0.0.1", "--max-model-len", "512") as url:
+
+        def send(n: int) -> None:
+            for _ in range(n):  # a new connection each: the kernel hands them to either worker
+                assert httpx.post(url + "/v1/chat/completions/render", json=CHAT, timeout=30).status_code == 200
+
+        def scrape() -> dict[str, float]:
+            return _series_values(httpx.get(url + "/metrics", timeout=30).text)
+
+        def worker_files() -> set[str]:
+            return {p.name.rsplit("_", 1)[1] for p in multiproc.glob("counter_*.db")}
+
+        send(30)
+        for _ in range(20):  # both workers must have served some
+            if len(worker_files()) >= 2:
+                break
+            send(10)
+        assert len(worker_files()) >= 2, "the second worker never served a request"
+        first = [scrape() for _ in range(6)]  # new connections: both workers answer some scrapes
+        served = first[0][key]
+        assert served >= 30 and all(s[key] == served and s[ours] == served for s in first)
+        send(5)
+        second = [scrape() for _ in range(6)]
+        assert all(s[key] == served + 5 for s in second)
+        assert second[0]["render_service_requests_in_flight"] >= 0
+        assert "render_tokenizer_segment_cache_misses_total" in second[0]
+        assert second[0]["process_cpu_seconds_total"] > 0

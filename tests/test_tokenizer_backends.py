@@ -135,3 +135,16 @@ def test_interface_calls_use_the_reference_tokenizer():
     ids = tt.encode("<|im_start|>user\nhi<|im_end|>")
     assert tt.decode(ids) == "user\nhi" and tt.decode(ids, skip_special_tokens=False) == "<|im_start|>user\nhi<|im_end|>"
     assert tt.id_to_token(10**9) is None
+
+
+@needs_shared
+def test_background_build_serves_hf_until_fastokens_is_proven():
+    """Start-up path (background=True): encodes at once (HF, equal by definition), then the
+    fast backend takes over once built and checked; answers are the same throughout."""
+    hf = tokenizers.Tokenizer.from_file(str(MODELS / "qwen3" / "tokenizer.json"))
+    text = "<|im_start|>user\nnaïve café 東京 12345 def f(x): return x<|im_end|>\n" * 40
+    tt = TextTokenizer.from_hf(hf, backend="auto", name="qwen3", background=True)
+    assert tt.encode(text) == hf.encode(text).ids
+    assert tt.wait_fast(300) and tt.backend_name == "fastokens", tt.backend_note
+    assert tt.encode(text) == hf.encode(text).ids
+    assert tt.cache_stats()["enabled"] == 0 and tt.prefix_stats()["enabled"] == 1

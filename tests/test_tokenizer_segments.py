@@ -158,7 +158,7 @@ def _conversation_turns(k: int) -> tuple[list[str], list[int]]:
 @needs_shared
 def test_growing_conversation_only_encodes_new_text():
     hf = tokenizers.Tokenizer.from_file(str(MODELS / "qwen3" / "tokenizer.json"))
-    tt = TextTokenizer(hf, "hf")
+    tt = TextTokenizer(hf, "hf", prefix_cache_bytes=0)  # the segment cache alone (the prefix cache: test_tokenizer_prefix)
     prev = tt.cache_stats()
     prompts, new_chars = _conversation_turns(6)
     for k, prompt in enumerate(prompts):

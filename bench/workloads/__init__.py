@@ -6,8 +6,8 @@ from .base import Call, InvalidResponse, Probe, Session, Workload
 from .derender import Derender, StreamDerender
 from .four_hop import FourHop
 from .multimodal import RenderMM, RenderMMRoute
-from .render import AgentLoop, RenderLong
+from .render import AgentLoop, AgentTrace, RenderLong, RenderShort
 
-WORKLOADS: dict[str, type[Workload]] = {w.name: w for w in (RenderLong, AgentLoop, Derender, StreamDerender, FourHop, RenderMM, RenderMMRoute)}
+WORKLOADS: dict[str, type[Workload]] = {w.name: w for w in (RenderShort, RenderLong, AgentLoop, AgentTrace, Derender, StreamDerender, FourHop, RenderMM, RenderMMRoute)}
 
 __all__ = ["WORKLOADS", "Call", "InvalidResponse", "Probe", "Session", "Workload"]

@@ -94,21 +94,22 @@ class AgentLoop(Workload):
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "AgentLoop":
-        return cls(args.turns, args.turn_tokens, args.seed)
+        return cls(args.turns or 10, args.turn_tokens or 600, args.seed)
 
     def prepare(self, probe: Probe) -> None:
         sample = corpus.excerpt(corpus.offset_for(self.seed), 20_000)
         self.chars_per_token = len(sample) / max(1, probe.tokenizer.count(sample))
         self.model = probe.model
 
-    def session(self, index: int) -> Session:
+    def conversation(self, index: int):
+        """The messages of conversation ``index`` before each turn (turn 1 to ``turns``)."""
         seed = self.seed * 1_000_003 + index
         messages = [{"role": "system", "content": corpus.SYSTEM_PROMPT},
                     {"role": "user", "content": f"Ticket {index % 10**9:09d}. The tests of the loader fail after the "
                                                 f"last refactor; find out why and fix it."}]
         result_chars = int(self.turn_tokens * self.chars_per_token)
         for turn in range(1, self.turns + 1):
-            yield Call(RENDER_PATH, _chat(messages, self.model, corpus.TOOLS), {"turn": turn}, check_render)
+            yield turn, messages
             call_id = f"call_{index % 10**9:09d}_{turn:03d}"
             offset = corpus.offset_for(seed * 131 + turn)
             if turn % 3 == 0:
@@ -121,6 +122,10 @@ class AgentLoop(Workload):
                                  "function": {"name": name, "arguments": json.dumps(args)}}]},
                 {"role": "tool", "tool_call_id": call_id, "content": corpus.excerpt(offset, result_chars)},
             ]
+
+    def session(self, index: int) -> Session:
+        for turn, messages in self.conversation(index):
+            yield Call(RENDER_PATH, _chat(messages, self.model, corpus.TOOLS), {"turn": turn}, check_render)
 
     def params(self) -> dict:
         return {"turns": self.turns, "turn_tokens": self.turn_tokens}
@@ -151,3 +156,67 @@ class AgentLoop(Workload):
         out = [(f"turn {turn} p50 ms", row["p50_ms"], ".2f") for turn, row in sorted(picks.items())]
         last = turns[-1]
         return out + [(f"turn {last['turn']} prompt tokens", last["prompt_tokens"], "d")]
+
+
+class RenderShort(Workload):
+    """A one-line chat question (about 50 rendered tokens with Qwen3's template): what a
+    request costs beyond its tokens (HTTP, validation, template, metrics, logging)."""
+
+    name = "render-short"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self.model: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "RenderShort":
+        return cls(args.seed)
+
+    def prepare(self, probe: Probe) -> None:
+        self.model = probe.model
+
+    def session(self, index: int) -> Session:
+        text = (f"Ticket {index % 10**9:09d}. In one sentence: why does a Python dict keep insertion order, "
+                f"and since which version is that guaranteed?")
+        yield Call(RENDER_PATH, _chat([{"role": "user", "content": text}], self.model), check=check_render)
+
+
+class AgentTrace(AgentLoop):
+    """A long coding-agent trace: `AgentLoop` with 41 turns of ~3,300-token tool results
+    (the prompt grows to ~136k tokens), then ``cold`` renders of a last-turn prompt never
+    seen before (another conversation's), tagged ``{"cold": True}``: late turns against a
+    cold render of the same size is what incremental tokenization must win."""
+
+    name = "agent-trace"
+    COLD_RENDERS = 2
+    COLD_BASE = 500_000_000  # conversation indices for the cold renders: never rendered as turns
+
+    def __init__(self, turns: int = 41, turn_tokens: int = 3300, seed: int = 0) -> None:
+        super().__init__(turns, turn_tokens, seed)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "AgentTrace":
+        return cls(args.turns or 41, args.turn_tokens or 3300, args.seed)
+
+    def last_messages(self, index: int) -> list[dict]:
+        """Conversation ``index``'s messages at its last turn."""
+        messages: list[dict] = []
+        for _, messages in self.conversation(index):
+            pass
+        return messages
+
+    def session(self, index: int) -> Session:
+        yield from super().session(index)
+        for k in range(self.COLD_RENDERS):
+            cold = self.last_messages(self.COLD_BASE + index * self.COLD_RENDERS + k)
+            yield Call(RENDER_PATH, _chat(cold, self.model, corpus.TOOLS), {"turn": self.turns, "cold": True},
+                       check_render)
+
+    def summarise(self, samples: list[tuple[float, dict]]) -> dict:
+        out = super().summarise([s for s in samples if not s[1].get("cold")])
+        cold = [lat for lat, tag in samples if tag.get("cold")]
+        out["cold"] = latency_summary(cold)
+        return out
+
+    def rows(self, extra: dict) -> list[tuple[str, float | None, str]]:
+        return super().rows(extra) + [("cold render p50 ms", (extra.get("cold") or {}).get("p50_ms"), ".2f")]

@@ -38,7 +38,7 @@ import collections
 import concurrent.futures
 import threading
 import time
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import orjson
 
@@ -184,6 +184,27 @@ class Admission:
                     self._waiting.pop(token, None)
                     self._refuse(queued_at)
             return await answer
+
+    def run_now(self, fn: Callable[..., T], *args: Any) -> tuple[bool, T | None]:
+        """``(True, fn(*args))`` run on the calling thread (the event loop) at once, holding a
+        slot, when one is free and no step is queued: a step smaller than the hand-off to a pool
+        thread. ``(False, None)`` otherwise, and the caller queues it with `run`."""
+        with self._lock:
+            if self._waiting or self.running >= self.allowed:
+                return False, None
+            self._account()
+            self.running += 1
+            started = time.monotonic()
+            self._delays.append((started, 0.0))
+        try:
+            return True, fn(*args)
+        finally:
+            with self._lock:
+                self._account()
+                self.running -= 1
+                self._last_done = time.monotonic()
+                self.run_time += 0.1 * (self._last_done - started - self.run_time)
+                self._room.notify()
 
     def _run_job(self, token: int, queued_at: float, fn: Callable[[], T], deadline: bool) -> T:
         """On a pool thread: start ``fn`` unless its queue delay has passed; count it."""

@@ -45,15 +45,22 @@ class AppContext:
         if self.admission is None:
             self.admission = Admission(CPU_THREADS, self.config.max_queue_delay_ms / 1000)
 
-    async def run_cpu(self, fn: Callable[..., T], *args: Any, deadline: bool = True) -> T:
+    async def run_cpu(self, fn: Callable[..., T], *args: Any, deadline: bool = True, inline: bool = False) -> T:
         """Run CPU-bound ``fn(*args)`` off the event loop (tokenizers releases the GIL).
 
         Waits for a pool slot at most ``--max-queue-delay-ms`` (``deadline=False`` for the
-        steps of a stream that already started: they wait their turn).
+        steps of a stream that already started: they wait their turn). ``inline``: a step
+        too small to be worth the hand-off to a pool thread (it costs more than rendering a
+        short chat) runs on the event loop when a slot is free and nothing is queued, holding
+        that slot; otherwise it queues like any step.
 
         Raises:
             Overloaded: 503, the pool could not start ``fn`` in time.
         """
+        if inline:
+            ran, answer = self.admission.run_now(fn, *args)
+            if ran:
+                return answer
         # The thread runs in a copy of this request's context (it sees CLIENT_GONE, see http.cancel).
         call = functools.partial(contextvars.copy_context().run, fn, *args)
         return await self.admission.run(self.executor, call, deadline)

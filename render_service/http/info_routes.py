@@ -39,7 +39,7 @@ class _Detokenize(BaseModel):
 
 
 class _TokenizerCacheCollector:
-    """Segment-cache counters of the served tokenizer (issue 6), scraped on demand."""
+    """Segment- and prefix-cache figures of the served tokenizer (issues 6, 24), scraped on demand."""
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
@@ -54,6 +54,19 @@ class _TokenizerCacheCollector:
         gauge = GaugeMetricFamily("render_tokenizer_segment_cache_bytes", "bytes held by the segment cache")
         gauge.add_metric([], stats.get("bytes", 0))
         yield gauge
+        prefix_of = getattr(self.tokenizer, "prefix_stats", None)
+        prefix = prefix_of() if prefix_of else {}
+        for name, doc in (("hits", "prompts that reused the ids of a prompt seen before"),
+                          ("misses", "prompts encoded whole"), ("evictions", "prompts evicted"),
+                          ("reused_tokens", "prompt tokens reused instead of encoded"),
+                          ("encoded_tokens", "prompt tokens encoded")):
+            counter = CounterMetricFamily(f"render_tokenizer_prefix_cache_{name}", f"prefix cache: {doc}")
+            counter.add_metric([], prefix.get(name, 0))
+            yield counter
+        for name, doc in (("bytes", "bytes held"), ("entries", "prompts held")):
+            gauge = GaugeMetricFamily(f"render_tokenizer_prefix_cache_{name}", f"prefix cache: {doc}")
+            gauge.add_metric([], prefix.get(name, 0))
+            yield gauge
 
 
 def load_route(server_load: Callable[[], int], saturation: Callable[[], float] | None = None) -> Route:
@@ -74,9 +87,8 @@ def load_route(server_load: Callable[[], int], saturation: Callable[[], float] |
 def routes(ctx: AppContext) -> list[Route]:
     """Info, tokenize and metrics routes bound to ``ctx``."""
     bundle = ctx.bundle
-    registry = prometheus_client.CollectorRegistry()
-    registry.register(_TokenizerCacheCollector(bundle.tokenizer))
-    registry.register(ctx.admission.collector())
+    ctx.metrics.add_collector(_TokenizerCacheCollector(bundle.tokenizer))
+    ctx.metrics.add_collector(ctx.admission.collector())
 
     def card(name: str, root: str, parent: str | None, max_model_len: int | None) -> dict:
         return {
@@ -140,9 +152,7 @@ def routes(ctx: AppContext) -> list[Route]:
         return JSONResponse({"prompt": await ctx.run_cpu(bundle.tokenizer.decode, req.tokens, False)})
 
     async def metrics(request: Request) -> Response:
-        text = b"".join(prometheus_client.generate_latest(r)
-                        for r in (prometheus_client.REGISTRY, registry, ctx.metrics.registry))
-        return Response(text, media_type=prometheus_client.CONTENT_TYPE_LATEST)
+        return Response(ctx.metrics.exposition(), media_type=prometheus_client.CONTENT_TYPE_LATEST)
 
     return [
         Route("/v1/models", models, methods=["GET"]),

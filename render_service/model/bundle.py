@@ -135,7 +135,7 @@ def load_model(
             raise ModelLoadError(str(exc)) from None
 
     hf: tokenizers.Tokenizer = raw["tokenizer"]
-    tokenizer = TextTokenizer.from_hf(hf, backend=tokenizer_backend, name=default_name)
+    tokenizer = TextTokenizer.from_hf(hf, backend=tokenizer_backend, name=default_name, background=True)
     special = raw["special_tokens"]
     eos_ids = []
     if special.get("eos_token") is not None and (i := hf.token_to_id(special["eos_token"])) is not None:

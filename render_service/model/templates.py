@@ -123,11 +123,38 @@ MAX_REPEAT = 1 << 20
 """Longest string or list a template's ``*`` may build (``'a' * 10**10`` was a MemoryError)."""
 
 
+_DICT_ATTRIBUTES = frozenset(dir(dict))
+
+
 class _BoundedSandbox(ImmutableSandboxedEnvironment):
     """The sandbox with arithmetic and repetition limits. Intercepted operators are also
-    never folded at compile time, so a bomb in a literal cannot stall compilation."""
+    never folded at compile time, so a bomb in a literal cannot stall compilation.
+
+    Faster, same answers: ``message.content`` on a plain dict is looked up as an item at
+    once (a dict has an attribute only if ``dict`` itself does, so Jinja's attribute-first
+    try would fail), and the safety verdict of an attribute is remembered per (type, name),
+    the only things jinja2's checks read (``is_internal_attribute``, ``modifies_known_mutable``).
+    Together they were most of a long agent prompt's render time."""
 
     intercepted_binops = frozenset(["**", "*"])
+    _verdicts: dict[tuple[type, str], bool] = {}
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+            try:
+                return obj[attribute]
+            except KeyError:
+                pass
+        return super().getattr(obj, attribute)
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        key = (type(obj), attr)
+        safe = self._verdicts.get(key)
+        if safe is None:
+            safe = super().is_safe_attribute(obj, attr, value)
+            if len(self._verdicts) < 1 << 14:
+                self._verdicts[key] = safe
+        return safe
 
     def call_binop(self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any) -> Any:
         if operator == "**" and _is_int(left) and _is_int(right) and abs(left) > 1:

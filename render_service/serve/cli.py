@@ -226,6 +226,10 @@ def run_serve(args: argparse.Namespace) -> int:
     except launch_compat.StartupCheckError as exc:
         print(f"render-service: error: {exc}", file=sys.stderr)
         return 2
+    if config.workers > 1 or os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from .http.metrics import prepare_multiprocess_dir
+
+        prepare_multiprocess_dir()  # before any worker starts: every worker's series merged on /metrics
     try:
         app, bundle, config = build_app(config)
     except StartupError as exc:

@@ -33,6 +33,8 @@ only cuts where that holds:
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import re
 import sys
@@ -43,7 +45,7 @@ from typing import Any, Callable
 
 import tokenizers
 
-__all__ = ["SegmentSplitter", "SegmentCache", "pipeline_spec", "split_blockers"]
+__all__ = ["SegmentSplitter", "SegmentCache", "PrefixCache", "pipeline_spec", "split_blockers"]
 
 
 def _trie_regex(words: list[str]) -> str:
@@ -159,6 +161,13 @@ class SegmentSplitter:
             self._norm_cuts = {t.content: i for i, t in norm}
         if self.blockers:
             self._raw_re = self._norm_re = None
+        self._cut_len = {i: len(c) for c, i in [*self._raw_cuts.items(), *self._norm_cuts.items()]}
+        self._raw_cut_ids = frozenset(self._raw_cuts.values())
+        # A match can change only within this many characters of where two texts start to differ.
+        self.longest_token = max((len(t.content) for _, t in added), default=0)
+        # No match of the raw scan spans this character, so a scan starting right after one
+        # finds the same matches as a scan of the whole text (`split_tail`).
+        self.separator = "\n" if not any("\n" in t.content for _, t in raw) else None
 
     @property
     def cut_token_ids(self) -> frozenset[int]:
@@ -181,6 +190,41 @@ class SegmentSplitter:
             start = m.end()
         if start < len(text):
             self._split_normalized(text[start:] if start else text, out)
+        return out
+
+    def split_tail(self, text: str, window: int) -> tuple[int, list[str | int]]:
+        """``(c, parts)``: ``c`` is the end of the first cut-token match in about the last
+        ``window`` characters of ``text`` (beyond its last `separator` before them; the
+        whole text without one), and ``parts`` is ``split(text[c:])``, exactly as a split of
+        the whole text continues after that match. ``(len(text), [])`` when there is none."""
+        start = 0
+        if self.separator is not None and len(text) > window:
+            start = text.rfind(self.separator, 0, len(text) - window) + 1
+        parts = self.split(text[start:] if start else text)
+        pos = start
+        for k, part in enumerate(parts):
+            if part.__class__ is str:
+                pos += len(part)
+                continue
+            pos += self._cut_len[part]
+            if part in self._raw_cut_ids:  # pieces after a raw cut are whole pieces of the full split
+                return pos, parts[k + 1:]
+        return len(text), []
+
+    def cut_ends(self, start: int, parts: list[str | int], sizes: list[int]) -> list[tuple[int, int]]:
+        """Where each cut token of ``parts`` (a split of the text from offset ``start``) ends:
+        ``(character offset after it, parts' ids before that)``, given the ids count of each
+        text part in order (``sizes``)."""
+        out, pos, count, k = [], start, 0, 0
+        for part in parts:
+            if part.__class__ is str:
+                pos += len(part)
+                count += sizes[k]
+                k += 1
+            else:
+                pos += self._cut_len[part]
+                count += 1
+                out.append((pos, count))
         return out
 
     def _split_normalized(self, piece: str, out: list[str | int]) -> None:
@@ -296,3 +340,205 @@ class SegmentCache:
                 "bytes": self.bytes,
                 "max_bytes": self.max_bytes,
             }
+
+
+def common_prefix_length(a: str, b: str) -> int:
+    """How many first characters ``a`` and ``b`` share (compared block by block, growing)."""
+    n, i, step = min(len(a), len(b)), 0, 4096
+    while i < n:
+        j = min(n, i + step)
+        if a[i:j] == b[i:j]:
+            i, step = j, min(2 * step, 1 << 16)
+            continue
+        while j - i > 1:  # a[:i] == b[:i], a[:j] != b[:j]
+            mid = (i + j) // 2
+            i, j = (mid, j) if a[i:mid] == b[i:mid] else (i, mid)
+        return i
+    return n
+
+
+class _Prompt:
+    """A prompt seen before: its text, ids, and ``cuts``, ascending ``(offset after a cut
+    token, ids before it)`` at which the text may be cut and its ids with it (None until
+    first needed)."""
+
+    __slots__ = ("text", "ids", "cuts", "size", "key")
+
+    def __init__(self, text: str, ids: list[int] | tuple[int, ...], cuts: list[tuple[int, int]] | None) -> None:
+        self.text, self.ids, self.cuts, self.key = text, ids, cuts, -1
+        self.size = sys.getsizeof(text) + SegmentCache._BYTES_PER_ID * len(ids) + 64 * len(cuts or ()) + 400
+
+
+class PrefixCache:
+    """Incremental tokenization: a prompt that starts like one seen before (turn k of an agent
+    loop, after turn k-1) reuses that prompt's ids up to a shared cut token and encodes only
+    the rest.
+
+    Why it is exact. `SegmentSplitter` cuts only where ``encode(whole)`` is the
+    concatenation of the pieces' encodings (see the module doc; checked at load). If two
+    texts agree on their first ``L`` characters, every cut the scan finds ending at ``c <= L -
+    longest_token`` is found in both (a match that could differ would have to reach past
+    ``L``), so ``encode(new) = ids_old[:n(c)] + encode_pieces(new[c:])``: the old prompt's
+    ids before the cut, then the new text from the cut, itself split at cuts and encoded piece
+    by piece (which also gives the new prompt's own cuts). A cold prompt is encoded whole,
+    and only when a later prompt extends it are its cuts found, in its last `WINDOW`
+    characters (`SegmentSplitter.split_tail`), where the next turn needs them. A prompt that ends inside a token's reach of where
+    the next one differs (Qwen3.5's trailing ``<think>\\n``, an edited earlier message, a
+    new system prompt) simply reuses an earlier cut, or nothing.
+
+    Bounded: an LRU of prompts by estimated resident bytes (text + 36 bytes per id); a
+    prompt that extends a cached one replaces it, so an agent loop holds one entry, and
+    prompts never extended (one-shot traffic) share only 1/`COLD_SHARE` of the budget, so
+    they neither crowd out conversations nor grow the process by the whole budget; their ids
+    are kept as tuples, which the garbage collector stops scanning. Prompts
+    shorter than `MIN_CHARS` bypass it. Thread-safe; encoding runs outside the lock.
+
+    Args:
+        splitter: the checked `SegmentSplitter` of the tokenizer.
+        max_bytes: budget (0: off, every prompt is encoded whole).
+        encode: whole-text encoder (no post-processing).
+        encode_batch: encoder of several texts at once (no post-processing).
+    """
+
+    MIN_CHARS = 2048
+    WINDOW = 4096
+    HEAD_CHARS = 1024  # only prompts that share their first HEAD_CHARS characters are compared
+    PARTIAL_CANDIDATES = 3  # most recent of those that the new prompt does not wholly extend
+    COLD_SHARE = 8  # prompts never extended (one-shot traffic) hold at most 1/COLD_SHARE of the budget
+
+    def __init__(self, splitter: SegmentSplitter, max_bytes: int, encode: Callable[[str], list[int]],
+                 encode_batch: Callable[[list[str]], list[list[int]]]) -> None:
+        self.splitter, self.max_bytes = splitter, max(0, int(max_bytes))
+        self._encode, self._encode_batch = encode, encode_batch
+        self._entries: OrderedDict[int, _Prompt] = OrderedDict()
+        self._heads: dict[str, list[int]] = {}  # first HEAD_CHARS characters -> keys, oldest first
+        self._cold: OrderedDict[int, None] = OrderedDict()  # entries not (yet) extended, oldest first
+        self.cold_bytes = 0
+        self._lock = threading.Lock()
+        self._next_key = 0
+        self.bytes = self.hits = self.misses = self.evictions = self.reused_tokens = self.encoded_tokens = 0
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of ``text`` (equal to ``encode(text)``), reusing a cached prompt's where it can."""
+        if self.max_bytes == 0 or len(text) < self.MIN_CHARS:
+            return self._encode(text)
+        found = self._find(text)
+        if found is None:
+            # Its cuts are found when a later prompt first extends it (`_cuts`); until then it may
+            # be one-shot traffic: its ids as a tuple, which the garbage collector stops scanning.
+            ids = self._encode(text)
+            self._store(_Prompt(text, tuple(ids), None), None, 0, len(ids))
+            return ids
+        replaced, (start, reused) = found
+        parts = self.splitter.split(text[start:])
+        tail, sizes = self._encode_parts(parts)
+        kept = replaced.ids
+        ids = kept[:reused] if kept.__class__ is list else list(itertools.islice(kept, reused))
+        ids += tail
+        cuts = [c for c in self._cuts(replaced) if c[0] <= start]
+        cuts += [(c, n + reused) for c, n in self.splitter.cut_ends(start, parts, sizes)]
+        self._store(_Prompt(text, ids, cuts), replaced, reused, len(ids) - reused)
+        return list(ids)  # the caller's own list: the cached one must never change
+
+    def _cuts(self, prompt: _Prompt) -> list[tuple[int, int]]:
+        """``prompt.cuts``, found in its last `WINDOW` characters the first time they are asked for."""
+        if prompt.cuts is None:
+            start, parts = self.splitter.split_tail(prompt.text, self.WINDOW)
+            tail, sizes = self._encode_parts(parts)
+            base = len(prompt.ids) - len(tail)
+            cuts = [(c, n + base) for c, n in self.splitter.cut_ends(start, parts, sizes)]
+            prompt.cuts = [(start, base), *cuts] if start < len(prompt.text) else cuts
+        return prompt.cuts
+
+    def _encode_parts(self, parts: list[str | int]) -> tuple[list[int], list[int]]:
+        texts = [p for p in parts if p.__class__ is str]
+        encoded = iter(self._encode_batch(texts) if texts else ())
+        ids: list[int] = []
+        sizes: list[int] = []
+        for part in parts:
+            if part.__class__ is str:
+                piece = next(encoded)
+                ids += piece
+                sizes.append(len(piece))
+            else:
+                ids.append(part)
+        return ids, sizes
+
+    def _find(self, text: str) -> tuple[_Prompt, tuple[int, int]] | None:
+        """The cached prompt to extend and its cut ``(offset, ids before)``, or None."""
+        reach = self.splitter.longest_token
+        with self._lock:
+            keys = self._heads.get(text[:self.HEAD_CHARS], ())
+            entries = [self._entries[k] for k in reversed(keys)]
+        partial = []
+        for entry in entries:
+            if text.startswith(entry.text):
+                cut = self._last_cut(entry, len(entry.text) - reach)
+                if cut is not None:
+                    return entry, cut
+            elif len(partial) < self.PARTIAL_CANDIDATES:
+                partial.append(entry)
+        for entry in partial:
+            cut = self._last_cut(entry, common_prefix_length(text, entry.text) - reach)
+            if cut is not None:
+                return entry, cut
+        return None
+
+    def _last_cut(self, entry: _Prompt, limit: int) -> tuple[int, int] | None:
+        cuts = self._cuts(entry)
+        k = bisect.bisect_right(cuts, (limit, float("inf")))
+        return cuts[k - 1] if k else None
+
+    def _store(self, prompt: _Prompt, replaced: _Prompt | None, reused: int, encoded: int) -> None:
+        with self._lock:
+            if replaced is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+                if prompt.text.startswith(replaced.text) and replaced.key in self._entries:
+                    self._drop(replaced.key)  # the conversation moved on: keep the newer one
+            self.reused_tokens += reused
+            self.encoded_tokens += encoded
+            cold_budget = self.max_bytes // self.COLD_SHARE
+            if prompt.size > (cold_budget if replaced is None else self.max_bytes // 4):
+                return
+            prompt.key, self._next_key = self._next_key, self._next_key + 1
+            self._entries[prompt.key] = prompt
+            self._heads.setdefault(prompt.text[:self.HEAD_CHARS], []).append(prompt.key)
+            self.bytes += prompt.size
+            if replaced is None:
+                self._cold[prompt.key] = None
+                self.cold_bytes += prompt.size
+            while self.cold_bytes > cold_budget and self._cold:
+                self._drop(next(iter(self._cold)))
+                self.evictions += 1
+            while self.bytes > self.max_bytes and self._entries:
+                self._drop(next(iter(self._entries)))
+                self.evictions += 1
+
+    def _drop(self, key: int) -> None:
+        prompt = self._entries.pop(key)
+        self.bytes -= prompt.size
+        if self._cold.pop(key, 0) is None:
+            self.cold_bytes -= prompt.size
+        head = prompt.text[:self.HEAD_CHARS]
+        keys = self._heads[head]
+        keys.remove(key)
+        if not keys:
+            del self._heads[head]
+
+    def clear(self) -> None:
+        """Drop every prompt (counters are kept)."""
+        with self._lock:
+            self._entries.clear()
+            self._heads.clear()
+            self._cold.clear()
+            self.bytes = self.cold_bytes = 0
+
+    def stats(self) -> dict[str, int]:
+        """Counters since creation (``hits``, ``misses``, ``evictions``, ``reused_tokens``,
+        ``encoded_tokens``) and current ``entries``, ``bytes``, ``max_bytes``."""
+        with self._lock:
+            return {"hits": self.hits, "misses": self.misses, "evictions": self.evictions,
+                    "reused_tokens": self.reused_tokens, "encoded_tokens": self.encoded_tokens,
+                    "entries": len(self._entries), "bytes": self.bytes, "max_bytes": self.max_bytes}

@@ -3,26 +3,28 @@
 from __future__ import annotations
 
 import logging
+import threading
 from functools import cached_property
 
 import tokenizers
 
 from .backends import Backend, BackendUnavailable, HfBackend, make_backend
 from .corpus import chat_like_prompts, selfcheck_corpus
-from .segments import SegmentCache, SegmentSplitter
+from .segments import PrefixCache, SegmentCache, SegmentSplitter
 from .selfcheck import backend_mismatch, first_mismatch
 
 log = logging.getLogger("render_service.tokenizer")
 
 DEFAULT_SEGMENT_CACHE_BYTES = 64 << 20
+DEFAULT_PREFIX_CACHE_BYTES = 256 << 20
 BACKEND_CHOICES = ("auto", "hf", "fast")
 
 
 class TextTokenizer:
     """A Hugging Face `tokenizers.Tokenizer` with the calls render and derender need.
 
-    Encoding goes through a backend (HF reference or `fastokens`) and an exact segment
-    cache (`segments.py`); decoding and vocabulary look-ups use ``hf``. Either way
+    Encoding goes through a backend (HF reference or `fastokens`), an exact prefix cache
+    and an exact segment cache (`segments.py`); decoding and vocabulary look-ups use ``hf``. Either way
     ``encode(text)`` equals ``hf.encode(text).ids``.
 
     Args:
@@ -33,6 +35,10 @@ class TextTokenizer:
             off; None (default) = 64 MiB with the HF backend, off with `fastokens`, which
             encodes a whole prompt faster than the Python-level cache can split and look it
             up (bench/bench_tokenize.py, 9k-token prompt: ~0.1 ms whole vs ~0.15-0.3 ms cached).
+        prefix_cache_bytes: budget of the prefix cache (`segments.PrefixCache`: a prompt that
+            starts like one seen before, as each turn of an agent loop does, reuses its ids
+            up to a shared cut token and encodes only the rest); None (default) = 256 MiB with
+            every backend, 0 turns it off. Needs a checked splitter, like the segment cache.
 
     Raises:
         ValueError: unknown ``backend``; or ``backend="fast"`` and the fast backend is
@@ -40,7 +46,8 @@ class TextTokenizer:
     """
 
     def __init__(self, hf: tokenizers.Tokenizer, backend: str = "hf", *, name: str | None = None,
-                 segment_cache_bytes: int | None = None) -> None:
+                 segment_cache_bytes: int | None = None, prefix_cache_bytes: int | None = None,
+                 background: bool = False) -> None:
         if backend not in BACKEND_CHOICES:
             raise ValueError(f"unknown tokenizer backend {backend!r} (expected one of {', '.join(BACKEND_CHOICES)})")
         self.hf = hf
@@ -49,19 +56,41 @@ class TextTokenizer:
         self._reference = HfBackend(hf)
         self._backend: Backend = self._reference
         self.backend_note = "hf requested"
-        if backend != "hf":
+        self._fast_ready = threading.Event()
+        self._fast_ready.set()
+        if backend == "auto" and background:
+            # Building fastokens from tokenizer.json is most of a text model's start-up (seconds, the
+            # GIL released); HF serves meanwhile, equal by definition, and fastokens takes over once proven.
+            self.backend_note = "hf while fastokens is built and checked"
+            log.info("%s: encoding with HF while the fastokens backend is built and checked", self.name)
+            self._fast_ready.clear()
+            threading.Thread(target=self._take_fast, name="fastokens-build", daemon=True).start()
+        elif backend != "hf":
             self._backend, self.backend_note = self._choose_fast(backend)
         if segment_cache_bytes is None:
-            segment_cache_bytes = DEFAULT_SEGMENT_CACHE_BYTES if self._backend is self._reference else 0
+            hf_only = self._backend is self._reference and self._fast_ready.is_set()
+            segment_cache_bytes = DEFAULT_SEGMENT_CACHE_BYTES if hf_only else 0
+        if prefix_cache_bytes is None:
+            prefix_cache_bytes = DEFAULT_PREFIX_CACHE_BYTES
         self._cache = SegmentCache(segment_cache_bytes)
         self._splitter: SegmentSplitter | None = None
+        self._prefix: PrefixCache | None = None
         self.cache_note = "off: budget 0" if self._backend is self._reference else "off: opt-in with fastokens"
-        if segment_cache_bytes > 0:
-            self._splitter, self.cache_note = self._check_splitter()
+        self.prefix_note = "off: budget 0"
+        if segment_cache_bytes > 0 or prefix_cache_bytes > 0:
+            splitter, note = self._check_splitter()
+            if segment_cache_bytes > 0:
+                self._splitter, self.cache_note = splitter, note
+            if prefix_cache_bytes > 0:
+                self.prefix_note = note
+                if splitter is not None:
+                    self._prefix = PrefixCache(splitter, prefix_cache_bytes, self._encode_plain,
+                                               self._encode_batch)
 
     @classmethod
     def from_hf(cls, hf: tokenizers.Tokenizer, backend: str = "auto", name: str | None = None,
-                segment_cache_bytes: int | None = None) -> "TextTokenizer":
+                segment_cache_bytes: int | None = None, prefix_cache_bytes: int | None = None,
+                background: bool = False) -> "TextTokenizer":
         """The constructor the model loader calls.
 
         ``backend``: ``"auto"`` uses `fastokens` when it is installed and encodes the
@@ -69,9 +98,27 @@ class TextTokenizer:
         added token, look-alikes; `corpus.selfcheck_corpus`) exactly like ``hf``, else HF,
         logging one line saying why; ``"fast"`` insists on `fastokens` (ValueError if it
         cannot be proven equal); ``"hf"`` is the reference alone. ``segment_cache_bytes``:
-        see the class doc (None = on for HF, off for `fastokens`).
+        see the class doc (None = on for HF, off for `fastokens`); ``prefix_cache_bytes``: see
+        the class doc (None = on). ``background`` (with ``"auto"``): return at once encoding
+        with HF, and build and check `fastokens` in a thread, switching to it once proven equal
+        (`wait_fast` waits for that); the server's start-up takes this path.
         """
-        return cls(hf, backend, name=name, segment_cache_bytes=segment_cache_bytes)
+        return cls(hf, backend, name=name, segment_cache_bytes=segment_cache_bytes,
+                   prefix_cache_bytes=prefix_cache_bytes, background=background)
+
+    def _take_fast(self) -> None:
+        try:
+            self._backend, self.backend_note = self._choose_fast("auto")
+        except Exception:  # noqa: BLE001 - a failed build must not kill the thread silently: HF stays
+            log.exception("%s: building the fast tokenizer backend failed; HF stays", self.name)
+            self.backend_note = "hf fallback: the fastokens build failed"
+        finally:
+            self._fast_ready.set()
+
+    def wait_fast(self, timeout: float | None = None) -> bool:
+        """Wait until a background fast-backend build (``background=True``) has finished
+        (switched or fallen back); True when it has."""
+        return self._fast_ready.wait(timeout)
 
     def _added_contents(self) -> list[str]:
         return [t.content for _, t in sorted(self.hf.get_added_tokens_decoder().items()) if t.content]
@@ -119,11 +166,22 @@ class TextTokenizer:
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Token ids of ``text``; ``add_special_tokens`` runs the post-processor (BOS/EOS).
 
-        Equal to ``hf.encode(text, add_special_tokens=...).ids``. Without post-processing,
-        text segments between added tokens come from the segment cache when seen before.
+        Equal to ``hf.encode(text, add_special_tokens=...).ids``. Without post-processing, a
+        prompt that starts like one seen before reuses its ids (prefix cache), and text
+        segments between added tokens come from the segment cache when seen before.
         """
-        if add_special_tokens or self._splitter is None:
-            return self._backend.encode(text, add_special_tokens)
+        if add_special_tokens:
+            return self._backend.encode(text, True)
+        if self._prefix is not None:
+            return self._prefix.encode(text)
+        return self._encode_plain(text)
+
+    def _encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self._backend.encode_batch(texts)
+
+    def _encode_plain(self, text: str) -> list[int]:
+        if self._splitter is None:
+            return self._backend.encode(text, False)
         return self._cache.encode_segments(self._splitter.split(text), self._backend.encode_batch)
 
     def cache_stats(self) -> dict[str, int]:
@@ -131,9 +189,16 @@ class TextTokenizer:
         ``evictions``, ``entries``, ``bytes``, ``max_bytes``) and ``enabled`` (0/1), for metrics."""
         return {**self._cache.stats(), "enabled": int(self._splitter is not None)}
 
+    def prefix_stats(self) -> dict[str, int]:
+        """Prefix cache counters (`PrefixCache.stats`) and ``enabled`` (0/1), for metrics."""
+        stats = self._prefix.stats() if self._prefix is not None else {}
+        return {**stats, "enabled": int(self._prefix is not None)}
+
     def clear_cache(self) -> None:
-        """Empty the segment cache (counters are kept)."""
+        """Empty the segment and prefix caches (counters are kept)."""
         self._cache.clear()
+        if self._prefix is not None:
+            self._prefix.clear()
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         """Text of ``ids``, as ``tokenizer.decode`` in transformers."""

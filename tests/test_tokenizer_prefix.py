@@ -1,0 +1,155 @@
+"""Incremental tokenization (`segments.PrefixCache`): a prompt that starts like one seen before
+reuses its ids, and the result is always exactly the full encoding.
+
+Every case compares `TextTokenizer.encode` (prefix cache on, the default) with the reference
+``tokenizers`` encoding of the whole text, and checks through the cache's counters that the
+reuse really happened where it should (so the equality is not just the cold path's). Real
+tokenizers from ../shared; the boundary cases are the ones plain prefix matching gets wrong:
+a turn ending in ``<think>\\n`` that the next turn rewrites, a prompt cut inside an added
+token, an earlier message edited, a new system prompt, image placeholders.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import tokenizers
+
+from conftest import MODELS, needs_shared
+from render_service.tokenizer import TextTokenizer
+from render_service.tokenizer.corpus import chat_like_prompts
+from render_service.tokenizer.segments import PrefixCache, common_prefix_length
+
+_CODE = "".join(f"def f{i}(x):\n    return x * {i}  # naïve café 東京 {i ** 3}\n\n" for i in range(400))
+
+
+def _load(name: str, **kwargs) -> tuple[TextTokenizer, tokenizers.Tokenizer]:
+    hf = tokenizers.Tokenizer.from_file(str(MODELS / name / "tokenizer.json"))
+    return TextTokenizer.from_hf(hf, name=name, **kwargs), hf
+
+
+def _check(tt: TextTokenizer, hf: tokenizers.Tokenizer, texts: list[str]) -> None:
+    for k, text in enumerate(texts):
+        assert tt.encode(text) == hf.encode(text, add_special_tokens=False).ids, f"text {k} differs"
+
+
+def _reused(tt: TextTokenizer) -> int:
+    return tt.prefix_stats()["reused_tokens"]
+
+
+@needs_shared
+def test_agent_loop_rendered_by_the_template_reuses_every_turn():
+    from bench.corpus import TOOLS
+    from bench.workloads.render import AgentTrace
+    from render_service.config import ServeConfig
+    from render_service.server import load_bundle
+
+    bundle = load_bundle(ServeConfig(model=str(MODELS / "qwen3")))
+    tt, hf = bundle.tokenizer, bundle.tokenizer.hf
+    assert tt.prefix_stats()["enabled"] == 1, tt.prefix_note
+    trace = AgentTrace(turns=10, turn_tokens=400)
+    texts = [bundle.chat_template.render(messages, tools=TOOLS, add_generation_prompt=True, **bundle.special_tokens)
+             for _, messages in trace.conversation(1)]
+    _check(tt, hf, texts)
+    stats = tt.prefix_stats()
+    long_turns = sum(len(t) >= PrefixCache.MIN_CHARS for t in texts)
+    assert stats["hits"] == long_turns - 1 and stats["misses"] == 1
+    # each later turn encoded only about its own new text
+    assert stats["encoded_tokens"] < len(tt.encode(texts[-1])) * 1.2
+    assert stats["entries"] == 1  # the conversation holds one entry, replaced turn by turn
+
+
+@needs_shared
+def test_boundaries_where_plain_prefix_matching_breaks():
+    tt, hf = _load("qwen3")
+    base = (f"<|im_start|>system\nYou are a coding agent.<|im_end|>\n<|im_start|>user\nFix this:\n{_CODE}"
+            "<|im_end|>\n")
+    call = '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call>'
+    result = f"<|im_start|>user\n<tool_response>\n{_CODE[:3000]}\n</tool_response><|im_end|>\n"
+    texts = [
+        base + "<|im_start|>assistant\n<think>\n",  # the generation prompt ends inside reasoning
+        base + f"<|im_start|>assistant\n<think>\nRead it first.\n</think>\n\n{call}<|im_end|>\n{result}"
+               "<|im_start|>assistant\n<think>\n",
+        base + f"<|im_start|>assistant\n{call}<|im_end|>\n{result}<|im_start|>assistant\n",  # reasoning dropped
+        base + "<|im_start|>assistant\n<|im_",  # cut inside an added token ...
+        base + "<|im_start|>assistant\n<|im_end|><|im_start|>user\nok<|im_end|>\n",  # ... that the next one completes
+        base + "<|im_start|>assistant\n</tool_call",
+        base + "<|im_start|>assistant\n</tool_call>\n</tool_response>x",
+    ]
+    before = _reused(tt)
+    _check(tt, hf, texts)
+    shared = len(hf.encode(base[:base.rindex("<|im_end|>") + len("<|im_end|>")]).ids)  # up to base's last cut
+    assert _reused(tt) - before >= 6 * shared  # every later text reused at least the shared part
+
+    edited = texts[2].replace("return x * 200", "return x * -200")  # an earlier message changed
+    at = edited.index("-200")
+    before = _reused(tt)
+    _check(tt, hf, [edited])
+    gained = _reused(tt) - before
+    assert gained <= len(hf.encode(edited[:at]).ids)  # never reused past the edit
+
+    new_system = texts[2].replace("You are a coding agent.", "You are a careful reviewer.")
+    _check(tt, hf, [new_system])
+
+
+@needs_shared
+def test_image_placeholders():
+    tt, hf = _load("qwen2.5-vl-instruct")
+    image = "<|vision_start|>" + "<|image_pad|>" * 64 + "<|vision_end|>"
+    turn = f"<|im_start|>user\n{image}What is in this picture? {_CODE[:2500]}<|im_end|>\n<|im_start|>assistant\n"
+    texts = [turn]
+    for k in range(4):
+        texts.append(texts[-1] + f"It shows {k} cats.<|im_end|>\n" + turn.replace("picture", f"picture {k}"))
+    before = _reused(tt)
+    _check(tt, hf, texts)
+    assert _reused(tt) > before
+
+
+@needs_shared
+@pytest.mark.parametrize("model", sorted(p.name for p in MODELS.iterdir() if (p / "tokenizer.json").is_file())
+                         if MODELS.is_dir() else [])
+def test_every_shared_tokenizer_growing_and_diverging_prompts(model):
+    tt, hf = _load(model)
+    added = [t.content for _, t in sorted(hf.get_added_tokens_decoder().items()) if t.content]
+    rng = random.Random(11)
+    pieces = chat_like_prompts(added, 60, seed=3)
+    text = "".join(pieces[:12])
+    texts = []
+    for _ in range(25):
+        r = rng.random()
+        if r < 0.6:  # the next turn extends the last
+            text = text + rng.choice(pieces)
+        elif r < 0.8:  # it rewrites the end of the last
+            text = text[:rng.randrange(len(text) // 2, len(text))] + rng.choice(pieces)
+        else:  # it changes a character anywhere
+            at = rng.randrange(len(text))
+            text = text[:at] + rng.choice(added + ["x", " ", "\n"]) + text[at + 1:]
+        texts.append(text)
+    _check(tt, hf, texts)
+    if tt.prefix_stats()["enabled"]:
+        assert tt.prefix_stats()["hits"] > 0
+
+
+@needs_shared
+def test_memory_is_bounded_and_counted():
+    tt, hf = _load("qwen3", prefix_cache_bytes=4_000_000)
+    texts = [f"<|im_start|>user\nTicket {k}\n{_CODE[:8000]}<|im_end|>\n<|im_start|>assistant\n" for k in range(12)]
+    _check(tt, hf, texts)  # one-shot prompts: they share an eighth of the budget
+    stats = tt.prefix_stats()
+    assert stats["bytes"] <= 4_000_000 // 8 and stats["evictions"] > 0 and 0 < stats["entries"] < 12
+    for k in range(6):  # a conversation that keeps extending stays, in one entry, beyond that share
+        texts.append(texts[-1] + f"Step {k}.<|im_end|>\n<|im_start|>user\n{_CODE[k * 3000:(k + 1) * 3000]}<|im_end|>\n")
+        _check(tt, hf, texts[-1:])
+    assert tt.prefix_stats()["hits"] == 6
+    off, _ = _load("qwen3", prefix_cache_bytes=0)
+    assert off.prefix_stats()["enabled"] == 0 and off.encode(texts[0]) == hf.encode(texts[0]).ids
+
+
+def test_common_prefix_length():
+    rng = random.Random(5)
+    for _ in range(300):
+        a = "".join(rng.choice("ab") for _ in range(rng.randrange(0, 20000)))
+        k = rng.randrange(0, len(a) + 1)
+        b = a[:k] + "c" + a[k:]
+        assert common_prefix_length(a, b) == k and common_prefix_length(a, a) == len(a)
