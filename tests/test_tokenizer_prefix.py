@@ -42,8 +42,8 @@ def _reused(tt: TextTokenizer) -> int:
 def test_agent_loop_rendered_by_the_template_reuses_every_turn():
     from bench.corpus import TOOLS
     from bench.workloads.render import AgentTrace
-    from render_service.config import ServeConfig
-    from render_service.server import load_bundle
+    from render_service.serve.config import ServeConfig
+    from render_service.serve.server import load_bundle
 
     bundle = load_bundle(ServeConfig(model=str(MODELS / "qwen3")))
     tt, hf = bundle.tokenizer, bundle.tokenizer.hf

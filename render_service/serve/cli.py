@@ -227,7 +227,7 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"render-service: error: {exc}", file=sys.stderr)
         return 2
     if config.workers > 1 or os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        from .http.metrics import prepare_multiprocess_dir
+        from ..http.metrics import prepare_multiprocess_dir
 
         prepare_multiprocess_dir()  # before any worker starts: every worker's series merged on /metrics
     try:
