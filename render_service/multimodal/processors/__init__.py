@@ -22,6 +22,7 @@ from typing import Any, Callable
 from ...errors import bad_request
 from .gemma3 import Gemma3Processor
 from .llava import LlavaProcessor
+from .minicpmv import MiniCPMVProcessor
 from .qwen2_vl import Qwen2VLProcessor
 from .qwen3_vl import Qwen3VLProcessor
 
@@ -32,6 +33,7 @@ FAMILIES: dict[str, Callable[[Path, dict], Any]] = {
     "llava": LlavaProcessor.from_model_dir,
     "gemma3": Gemma3Processor.from_model_dir,
     "qwen3_vl": Qwen3VLProcessor.from_model_dir,
+    "minicpmv": MiniCPMVProcessor.from_model_dir,
 }
 
 # config.json keys that only vision-language models carry
