@@ -259,7 +259,7 @@ class MultimodalRenderer:
             by_modality.setdefault(item.modality, []).append(item)
         expand_text = getattr(self.processor, "expand_text", None)
         if expand_text is not None and text is not None:
-            out, ranges = expand_text(text, [i.entry.replacement for i in by_modality.get("image", [])])
+            out, ranges = expand_text(text, token_ids, [i.entry.replacement for i in by_modality.get("image", [])])
             return out, self._features(by_modality, {"image": ranges}, mm_payload)
         seen = {m: 0 for m in by_modality}
         placeholders: dict[str, list[dict]] = {m: [] for m in by_modality}

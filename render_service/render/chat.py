@@ -61,6 +61,9 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
         text = bundle.tokenizer.decode(reused[-64:], skip_special_tokens=False)
     else:
         media_arg = (media.text_placeholders or True) if media is not None else False
+        if isinstance(media_arg, dict) and config.content_special_tokens == "text":
+            raise bad_request("Images for this model (its placeholder is replaced in the prompt text, as vLLM does) "
+                              "cannot be rendered under --content-special-tokens text.", "messages")
         text, token_ids = _render_and_encode(bundle, config, req, template, kwargs, tool_choice, media_arg)
         if media is not None:
             token_ids, features = media.expand(token_ids, text)

@@ -142,6 +142,7 @@ class MiniCPMVProcessor:
     slice_mode: bool = True
     tokenizer: tokenizers.Tokenizer | None = None
     _table: np.ndarray | None = None
+    _target: list[int] | None = None
     _replacements: dict = field(default_factory=dict)
 
     # the template writes no token per image: vLLM writes PLACEHOLDER into the text (render.messages)
@@ -204,41 +205,68 @@ class MiniCPMVProcessor:
         """Tokens of the image's replacement (``<unk>`` ones are embedded; the range covers all)."""
         return len(self.image_replacement(height, width, param))
 
-    def expand_text(self, text: str, replacements: list[tuple[int, ...]]) -> tuple[list[int], list[dict]]:
-        """vLLM's text-space update: ``(token_ids, mm_placeholders["image"])`` for the rendered prompt ``text``.
+    def expand_text(self, text: str, token_ids: list[int], replacements: list[tuple[int, ...]]) -> tuple[list[int], list[dict]]:
+        """vLLM's prompt update: ``(token_ids, mm_placeholders["image"])`` for the rendered prompt ``text``.
 
-        ``replacements`` are the images' `image_replacement` ids in prompt order; the i-th image
-        takes the i-th placeholder string found, its ``<image_id>`` renumbered to ``i`` (vLLM's
-        ``_recompute_cached_prompt_update``).
+        ``token_ids`` is our encoding of ``text``: when it starts with a BOS the text does not
+        write (``add_special_tokens: true``), vLLM's encoding has it too. ``replacements`` are the
+        images' `image_replacement` ids in prompt order; the i-th image takes the first
+        placeholder after the previous one's, its ``<image_id>`` renumbered to ``i`` (vLLM's
+        ``_recompute_cached_prompt_update``). As vLLM: the placeholder's own ids are replaced
+        when every image finds them in the prompt's ids; otherwise the prompt is decoded, the
+        placeholder string replaced in text, and the pieces encoded one by one.
 
         Raises:
             OpenAIError: 400 when the prompt holds fewer placeholder strings than images.
         """
         decode = self.tokenizer.decode
-        prompt = decode(self._encode(text), skip_special_tokens=False)
-        segments: list[str] = []
-        starts: list[int] = []
-        pos = 0
-        for i, ids in enumerate(replacements):
-            at = prompt.find(PLACEHOLDER, pos)
-            if at < 0:
-                raise bad_request(f"The prompt has {i} image placeholder(s) for {len(replacements)} image(s).", "messages")
-            segments.append(prompt[pos:at])
-            full = decode(list(ids), skip_special_tokens=False)
+        ids = self._encode(text)
+        bos = self.tokenizer.token_to_id("<s>")
+        if token_ids[:1] == [bos] and not text.startswith("<s>"):
+            ids = [bos] + ids
+        fulls = []
+        for i, rep in enumerate(replacements):
             if i and self.use_image_id:
-                full = full.replace("<image_id>0</image_id>", f"<image_id>{i}</image_id>", 1)
-            starts.append(len(segments))
-            segments.append(decode(self._encode(full), skip_special_tokens=False))
-            pos = at + len(PLACEHOLDER)
-        segments.append(prompt[pos:])
+                full = decode(list(rep), skip_special_tokens=False)
+                rep = tuple(self._encode(full.replace("<image_id>0</image_id>", f"<image_id>{i}</image_id>", 1)))
+            fulls.append(list(rep))
+        pieces = self._token_pieces(ids, fulls)
+        if pieces is None:
+            pieces = self._text_pieces(decode(ids, skip_special_tokens=False), fulls, len(replacements))
         out: list[int] = []
         ranges = []
-        for j, seg in enumerate(segments):
-            ids = self._encode(seg)
-            if j in starts:
-                ranges.append({"offset": len(out), "length": len(ids)})
-            out.extend(ids)
+        for piece, is_item in pieces:
+            if is_item:
+                ranges.append({"offset": len(out), "length": len(piece)})
+            out.extend(piece)
         return out, ranges
+
+    def _token_pieces(self, ids: list[int], fulls: list[list[int]]) -> list[tuple[list[int], bool]] | None:
+        """The placeholder's ids replaced where every image finds them in order, else None."""
+        if self._target is None:
+            self._target = self._encode(PLACEHOLDER)
+        target, n = self._target, len(self._target)
+        pieces, pos = [], 0
+        for full in fulls:
+            at = next((k for k in range(pos, len(ids) - n + 1) if ids[k:k + n] == target), None)
+            if at is None:
+                return None
+            pieces += [(ids[pos:at], False), (full, True)]
+            pos = at + n
+        return pieces + [(ids[pos:], False)]
+
+    def _text_pieces(self, prompt: str, fulls: list[list[int]], count: int) -> list[tuple[list[int], bool]]:
+        """vLLM's ``_apply_prompt_updates_via_text`` with segments encoded separately."""
+        decode = self.tokenizer.decode
+        pieces, pos = [], 0
+        for i, full in enumerate(fulls):
+            at = prompt.find(PLACEHOLDER, pos)
+            if at < 0:
+                raise bad_request(f"The prompt has {i} image placeholder(s) for {count} image(s).", "messages")
+            pieces += [(self._encode(prompt[pos:at]), False),
+                       (self._encode(decode(full, skip_special_tokens=False)), True)]
+            pos = at + len(PLACEHOLDER)
+        return pieces + [(self._encode(prompt[pos:]), False)]
 
     # ---- pixels ------------------------------------------------------------------------
 
