@@ -154,11 +154,13 @@ class MiniCPMVProcessor:
         """Read ``config.json`` ``slice_config`` and ``preprocessor_config.json``.
 
         Raises:
-            ValueError: a MiniCPM-V version other than 4.0 (their processors differ).
+            NotImplementedError: a MiniCPM-V version other than 4.0 (their processors differ):
+            `load_processor` then refuses its images with this message.
         """
         version = str(config.get("version", ""))
         if version != "4.0":
-            raise ValueError(f"MiniCPM-V version {version or '(none)'} is not supported; render-service implements 4.0")
+            raise NotImplementedError(f"MiniCPM-V version {version or '(none)'} has no image processor in "
+                                      "render-service (MiniCPM-V 4.0 has).")
         pre = _read_json(model_dir / "preprocessor_config.json")
         sc = config.get("slice_config") or {}
         slicer = MiniCPMVSlicer(
