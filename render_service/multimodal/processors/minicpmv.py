@@ -15,10 +15,11 @@ shipped with the model; implemented here natively, never executed) behind its ow
   ``[W, H]``; ``tgt_sizes``: int64 ``[slices, 2]`` (``h / 14, w / 14``) — all batched,
   the two size fields ``keep_on_cpu``;
 - **prompt**: vLLM's placeholder string ``(<image>./</image>)`` is written into the text
-  (string-format template); vLLM replaces it *in text*: the prompt ids are decoded, each
-  placeholder becomes ``<image_id>{i}</image_id><image>`` + 64 × ``<unk>`` + ``</image>`` +
-  the slices' ``<slice>`` + 64 × ``<unk>`` + ``</slice>`` (rows joined by ``\\n``), and the
-  text segments and replacements are encoded one by one (`expand_text`). The placeholder range
+  (string-format template); each becomes ``<image_id>{i}</image_id><image>`` + 64 × ``<unk>``
+  + ``</image>`` + the slices' ``<slice>`` + 64 × ``<unk>`` + ``</slice>`` (rows joined by
+  ``\\n``): in the prompt's ids when every image finds the placeholder's ids there, else (the
+  usual case: after ``\\n`` it tokenizes otherwise) in the decoded text, the text segments and
+  replacements then encoded one by one (`expand_text`). The placeholder range
   is the whole replacement. vLLM's tokenizer here is transformers 5's ``LlamaTokenizer``
   rebuilt from the vocabulary (`vllm_tokenizer`): ``<image>``, ``<slice>``, ``<image_id>`` …
   are plain text to it, ``<unk>`` is id 0.
@@ -36,7 +37,6 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import tokenizers
@@ -290,12 +290,12 @@ class MiniCPMVProcessor:
         return np.ascontiguousarray(chw.reshape(3, h // p, p, w // p, p).transpose(0, 2, 1, 3, 4).reshape(3, p, -1))
 
     def _slices(self, rgb: np.ndarray) -> list[np.ndarray]:
-        height, width = rgb.shape[:2]
-        image = Image.fromarray(rgb, "RGB")
-        size = (width, height)
-        grid = self.slicer.grid(size) if self.slice_mode else None
         if not self.slice_mode:
             return [rgb]
+        height, width = rgb.shape[:2]
+        image = Image.fromarray(np.ascontiguousarray(rgb))
+        size = (width, height)
+        grid = self.slicer.grid(size)
         source = image.resize(self.slicer.best_resize(size, upscale=grid is None), resample=Image.Resampling.BICUBIC)
         views = [np.asarray(source)]
         if grid is not None:
