@@ -135,7 +135,7 @@ def _no_pixels(*args, **kwargs):
     raise AssertionError("mm_payload none decoded or processed an image in full")
 
 
-@pytest.mark.parametrize("family", [f for f in RECORDINGS if f != "minicpmv"])
+@pytest.mark.parametrize("family", list(RECORDINGS))
 def test_none_payload_counts_without_pixels_as_vllm(family, monkeypatch, tmp_path):
     """Every recorded request of the family, re-sent with ``mm_payload: "none"`` to a fresh server: vLLM's
     ids, placeholders and hashes, while no image is decoded in full, resized or normalized."""
@@ -172,3 +172,34 @@ class _TokenizerStub:
 
     def encode(self, text: str) -> list[int]:
         return [1]
+
+
+def _copy_with_config(tmp_path: Path, base: str, changes: dict) -> Path:
+    import shutil
+
+    if not (MODELS / base).is_dir():
+        pytest.skip(f"../shared/models/{base} not present")
+    out = tmp_path / f"{base}-changed"
+    shutil.copytree(MODELS / base, out)
+    path = out / "config.json"
+    path.chmod(0o644)
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+    return out
+
+
+@pytest.mark.parametrize("changes,phrases", [
+    ({"model_type": "internvl_chat"}, ("'internvl_chat'", "MiniCPMV", "Supported model_type values: ", "minicpmv")),
+    ({"version": 2.6}, ("MiniCPM-V version 2.6", "MiniCPMV")),
+], ids=["unknown_family", "other_minicpmv_version"])
+def test_vision_model_without_processor_refuses_images_clearly(tmp_path, changes, phrases):
+    """A vision model we have no processor for (an unknown family, or a MiniCPM-V version other
+    than 4.0) serves text and answers an image with a 400 saying why: never another rule's placeholders."""
+    model = _copy_with_config(tmp_path, "minicpm-v-4", changes)
+    body = record.resolve({"messages": families.user(families.img("rgb_64"), families.text("Describe."))})
+    with render_server(model=str(model), max_model_len=4096) as url:
+        resp = httpx.post(url + RENDER, json=body, timeout=60)
+        assert resp.status_code == 400, resp.text[:300]
+        message = resp.json()["error"]["message"]
+        assert all(p in message for p in phrases), message
+        text_only = httpx.post(url + RENDER, json={"messages": [{"role": "user", "content": "Hello."}]}, timeout=60)
+        assert text_only.status_code == 200 and text_only.json()["features"] is None

@@ -85,6 +85,10 @@ def assert_payload_equal(ours: dict, vllm: dict) -> None:
             for name, want in theirs["fields"].items():
                 dtype, shape, raw, _ = decoded[name]
                 assert (dtype, shape) == (want["dtype"], want["shape"])
+                if dtype == "list" and want["values"] and isinstance(want["values"][0], dict):   # tensors (MiniCPM-V)
+                    assert [(d, s) for d, s, _ in raw] == [(w["dtype"], w["shape"]) for w in want["values"]], name
+                    assert [hashlib.sha256(r).hexdigest() for _, _, r in raw] == [w["sha256"] for w in want["values"]], name
+                    continue
                 if dtype == "list":   # a plain value (Qwen3-VL's timestamps)
                     assert raw == want["values"], name
                     continue

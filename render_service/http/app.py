@@ -78,6 +78,8 @@ def _multimodal_renderer(bundle, config: ServeConfig, run_cpu):
     keep_large_buffers()
     ids = {m: bundle.tokenizer.token_to_id(tok) for m, tok in processor.placeholder_tokens.items()}
     ids = {m: i for m, i in ids.items() if i is not None}
+    # a placeholder string in the text (MiniCPM-V) matches no single token: -1 marks the modality as taken
+    ids.update({m: -1 for m in getattr(processor, "placeholder_texts", {})})
     log.info("multimodal: %s for %s", type(processor).__name__, ", ".join(sorted(ids)))
     return MultimodalRenderer(processor, from_serve_config(config), ids, run_cpu)
 

@@ -12,8 +12,9 @@ class Field:
     """One tensor of a processed item and how vLLM batches it.
 
     Attributes:
-        data: the tensor (NumPy; uint8 pixels, int64 grids, float32 scalars), or a list of
-            floats that vLLM keeps as a plain list (Qwen3-VL's ``timestamps``).
+        data: the tensor (NumPy; uint8 pixels, int64 grids, float32 scalars), a list of
+            floats that vLLM keeps as a plain list (Qwen3-VL's ``timestamps``), or a list of
+            tensors of different shapes (vLLM's nested tensors: MiniCPM-V's slices).
         kind: vLLM's field class: ``"flat"`` (rows of a tensor concatenated across items,
             e.g. ``pixel_values``) or ``"batched"`` (one entry per item, e.g. ``image_grid_thw``).
         keep_on_cpu: vLLM's ``keep_on_cpu`` flag (the engine keeps it on the host).
@@ -46,7 +47,13 @@ class ProcessedItem:
     @property
     def nbytes(self) -> int:
         """Bytes held by the tensors (what the processor cache counts)."""
-        return sum(f.data.nbytes if isinstance(f.data, np.ndarray) else 8 * len(f.data) for f in self.fields.values())
+        return sum(_nbytes(f.data) for f in self.fields.values())
+
+
+def _nbytes(data: np.ndarray | list) -> int:
+    if isinstance(data, np.ndarray):
+        return data.nbytes
+    return sum(x.nbytes if isinstance(x, np.ndarray) else 8 for x in data)
 
 
 @dataclass(frozen=True)

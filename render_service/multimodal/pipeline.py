@@ -239,11 +239,14 @@ class MultimodalRenderer:
 
     # ---- placeholders and features -------------------------------------------------------
 
-    def expand(self, token_ids: list[int], items: list[LoadedItem], mm_payload: str = "tensors") -> tuple[list[int], dict | None]:
+    def expand(self, token_ids: list[int], items: list[LoadedItem], mm_payload: str = "tensors",
+               text: str | None = None) -> tuple[list[int], dict | None]:
         """Expand each placeholder token to its item's ``num_tokens`` and build ``features``.
 
         ``token_ids`` is the templated prompt with one placeholder per item (in item order per
-        modality). Returns the expanded ids and ``features`` (None without items).
+        modality). Returns the expanded ids and ``features`` (None without items). A processor
+        with ``expand_text`` (MiniCPM-V: placeholders are strings, replaced in text as vLLM does)
+        builds the ids from the prompt ``text`` instead.
 
         Raises:
             OpenAIError: 400 when the prompt's placeholders do not match the items one to one
@@ -254,6 +257,10 @@ class MultimodalRenderer:
         by_modality: dict[str, list[LoadedItem]] = {}
         for item in items:
             by_modality.setdefault(item.modality, []).append(item)
+        expand_text = getattr(self.processor, "expand_text", None)
+        if expand_text is not None and text is not None:
+            out, ranges = expand_text(text, token_ids, [i.entry.replacement for i in by_modality.get("image", [])])
+            return out, self._features(by_modality, {"image": ranges}, mm_payload)
         seen = {m: 0 for m in by_modality}
         placeholders: dict[str, list[dict]] = {m: [] for m in by_modality}
         written: dict[str, list[list[int]]] = {m: [] for m in by_modality}
@@ -282,6 +289,10 @@ class MultimodalRenderer:
             out = merge(out)
             placeholders = find_placeholders(out, written, self.processor.split_tokens)
             check_non_overlapping(placeholders)
+        return out, self._features(by_modality, placeholders, mm_payload)
+
+    def _features(self, by_modality: dict[str, list[LoadedItem]], placeholders: dict[str, list[dict]],
+                  mm_payload: str) -> dict[str, Any]:
         features: dict[str, Any] = {
             "mm_hashes": {m: [i.mm_hash for i in g] for m, g in by_modality.items()},
             "mm_placeholders": placeholders,
@@ -293,4 +304,4 @@ class MultimodalRenderer:
             features["kwargs_data"] = {m: [kw for kw, _ in e] for m, e in encoded.items()}
             meta = {m: [md for _, md in e] for m, e in encoded.items() if any(md for _, md in e)}
             features["mm_metadata"] = meta or None
-        return out, features
+        return features

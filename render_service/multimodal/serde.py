@@ -35,8 +35,10 @@ def _bfloat16_bytes(data: np.ndarray) -> bytes:
 
 
 def _tensor(f: Field):
-    if isinstance(f.data, list):   # a plain value vLLM keeps as a list (Qwen3-VL's timestamps: msgpack floats)
-        return f.data
+    if isinstance(f.data, list):
+        if f.data and isinstance(f.data[0], np.ndarray):   # a list of tensors (MiniCPM-V's slices of one image)
+            return [_tensor(Field(x, f.kind, wire_dtype=f.wire_dtype)) for x in f.data]
+        return f.data   # a plain value vLLM keeps as a list (Qwen3-VL's timestamps: msgpack floats)
     if f.wire_dtype == "bfloat16":   # float32 values, or uint16 bfloat16 bit patterns already (NormalizeTable)
         raw = np.ascontiguousarray(f.data).tobytes() if f.data.dtype == np.uint16 else _bfloat16_bytes(f.data)
         return ["bfloat16", list(f.data.shape), msgspec.msgpack.Ext(_RAW_VIEW, raw)]
@@ -66,7 +68,8 @@ def encode_item(item: ProcessedItem, *, metadata_only: bool = False) -> str | No
 
 def decode_item(b64: str) -> dict[str, tuple[str, list[int], bytes, list]]:
     """Inverse of `encode_item` for tests and tools: ``{name: (dtype, shape, raw bytes, descriptor)}``
-    (a plain list value: ``("list", None, value, descriptor)``)."""
+    (a plain list value: ``("list", None, value, descriptor)``; a list of tensors: ``("list", None,
+    [(dtype, shape, raw bytes), ...], descriptor)``)."""
     def ext_hook(code: int, data: memoryview) -> bytes:
         if code != _RAW_VIEW:
             raise ValueError(f"unexpected msgpack extension {code}")
@@ -76,8 +79,14 @@ def decode_item(b64: str) -> dict[str, tuple[str, list[int], bytes, list]]:
     out = {}
     for name, v in obj.items():
         data = v["data"]
-        if isinstance(data, list) and len(data) == 3 and isinstance(data[0], str) and isinstance(data[2], bytes):
+        if _is_tensor(data):
             out[name] = (data[0], data[1], data[2], v["field"])
+        elif data and all(_is_tensor(x) for x in data):   # a list of tensors
+            out[name] = ("list", None, [tuple(x) for x in data], v["field"])
         else:   # a plain value: ("list", None, the value, descriptor)
             out[name] = ("list", None, data, v["field"])
     return out
+
+
+def _is_tensor(data) -> bool:
+    return isinstance(data, list) and len(data) == 3 and isinstance(data[0], str) and isinstance(data[2], bytes)

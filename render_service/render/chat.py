@@ -60,9 +60,13 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
         token_ids = reused
         text = bundle.tokenizer.decode(reused[-64:], skip_special_tokens=False)
     else:
-        text, token_ids = _render_and_encode(bundle, config, req, template, kwargs, tool_choice, media is not None)
+        media_arg = (media.text_placeholders or True) if media is not None else False
+        if isinstance(media_arg, dict) and config.content_special_tokens == "text":
+            raise bad_request("Images for this model (its placeholder is replaced in the prompt text, as vLLM does) "
+                              "cannot be rendered under --content-special-tokens text.", "messages")
+        text, token_ids = _render_and_encode(bundle, config, req, template, kwargs, tool_choice, media_arg)
         if media is not None:
-            token_ids, features = media.expand(token_ids)
+            token_ids, features = media.expand(token_ids, text)
     turn = render_turn(bundle, config, req, template, kwargs, token_ids, media is not None) if reused is None else None
     if turn is not None:
         token_ids = turn.token_ids
@@ -140,7 +144,7 @@ def chat_tool_constraint(config: ServeConfig, req: ChatCompletionRequest, tool_c
 
 def _render_and_encode(
     bundle: ModelBundle, config: ServeConfig, req: ChatCompletionRequest, template, kwargs: dict, tool_choice,
-    media: bool = False,
+    media: bool | dict[str, str] = False,
 ) -> tuple[str, list[int]]:
     """Apply the chat template and tokenize: ``(prompt_text, token_ids)``."""
     messages = prepare_messages(req.messages, template, media=media)

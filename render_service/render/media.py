@@ -26,9 +26,15 @@ class MediaInput:
     items: list[LoadedItem]
     mm_payload: str = "tensors"
 
-    def expand(self, token_ids: list[int]) -> tuple[list[int], dict | None]:
-        """``(expanded token_ids, features)``; CPU-bound (base64 of the tensors): call it on the pool."""
-        return self.renderer.expand(token_ids, self.items, self.mm_payload)
+    def expand(self, token_ids: list[int], text: str | None = None) -> tuple[list[int], dict | None]:
+        """``(expanded token_ids, features)`` (``text``: the prompt ``token_ids`` encode); CPU-bound
+        (base64 of the tensors): call it on the pool."""
+        return self.renderer.expand(token_ids, self.items, self.mm_payload, text)
+
+    @property
+    def text_placeholders(self) -> dict[str, str] | None:
+        """``{modality: string}`` vLLM writes into string-format chat content per item (MiniCPM-V), else None."""
+        return getattr(self.renderer.processor, "placeholder_texts", None)
 
 
 def mm_payload(req: Any) -> str:

@@ -40,8 +40,10 @@ from .roles import developer_as_system
 _TEXT_PART_TYPES = ("text", "input_text", "output_text")
 
 
-def prepare_messages(messages: list[Any], template: ChatTemplate, media: bool = False) -> list[dict]:
-    """Normalise OpenAI ``messages`` for ``template`` (``media``: the model takes image/video parts).
+def prepare_messages(messages: list[Any], template: ChatTemplate, media: bool | dict[str, str] = False) -> list[dict]:
+    """Normalise OpenAI ``messages`` for ``template`` (``media``: the model takes image/video parts;
+    a ``{modality: placeholder string}`` when vLLM writes that string into string-format content
+    for each item, MiniCPM-V's ``(<image>./</image>)``).
 
     Returns a new list of plain dicts (the request is not mutated), ``developer`` mapped to
     ``system`` where vLLM maps it (`render.roles.developer_as_system`).
@@ -70,7 +72,7 @@ def prepare_messages(messages: list[Any], template: ChatTemplate, media: bool = 
     return developer_as_system(out, template.source)  # every door's conversation meets the template here
 
 
-def _content(content: Any, content_format: str, param: str, media: bool = False) -> Any:
+def _content(content: Any, content_format: str, param: str, media: bool | dict[str, str] = False) -> Any:
     if isinstance(content, str) and media and content_format == "openai":
         # vLLM hands an openai-format template a list of parts even for string content; a
         # template that only reads parts (LLaVA's selectattr('type', 'equalto', 'text')) drops a bare string
@@ -80,6 +82,7 @@ def _content(content: Any, content_format: str, param: str, media: bool = False)
     if not isinstance(content, list):
         raise bad_request("content must be a string, a list of content parts, or null.", param)
     parts: list[dict] = []
+    placeholders: list[str] = []
     for j, part in enumerate(content):
         if isinstance(part, str):
             parts.append({"type": "text", "text": part})
@@ -91,6 +94,8 @@ def _content(content: Any, content_format: str, param: str, media: bool = False)
         modality = _media_modality(part)
         if modality is not None and media and content_format == "openai":
             parts.append({"type": modality, **{k: v for k, v in part.items() if k not in _MEDIA_PART_FIELDS}})
+        elif modality is not None and isinstance(media, dict) and modality in media:
+            placeholders.append(media[modality])
         elif modality is not None:
             why = "this model takes no media" if not media else "its chat template takes text only"
             raise bad_request(f"content part type {kind!r} is not supported: {why}.", f"{param}.{j}.type")
@@ -104,7 +109,25 @@ def _content(content: Any, content_format: str, param: str, media: bool = False)
             )
     if content_format == "openai":
         return parts
-    return "\n".join(p["text"] for p in parts)
+    text = "\n".join(p["text"] for p in parts)
+    return _with_placeholders(text, placeholders, param) if placeholders else text
+
+
+def _with_placeholders(text: str, placeholders: list[str], param: str) -> str:
+    """vLLM's string-format content with media: each item's placeholder not already typed in the
+    text goes in front, ``"\n"``-joined (``get_full_multimodal_text_prompt``, interleave off).
+
+    Raises:
+        OpenAIError: 400 when the text holds more of a placeholder than there are items.
+    """
+    missing: list[str] = []
+    for placeholder in dict.fromkeys(placeholders):
+        n = placeholders.count(placeholder) - text.count(placeholder)
+        if n < 0:
+            raise bad_request(f"Found more '{placeholder}' placeholders in input prompt than actual multimodal data items.",
+                              "messages")
+        missing += [placeholder] * n
+    return "\n".join(missing + [text]) if text else "\n".join(missing)
 
 
 # Media part types and the fields vLLM strips before the template sees ``{"type": modality, ...}``.

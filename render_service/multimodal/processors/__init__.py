@@ -22,6 +22,7 @@ from typing import Any, Callable
 from ...errors import bad_request
 from .gemma3 import Gemma3Processor
 from .llava import LlavaProcessor
+from .minicpmv import MiniCPMVProcessor
 from .qwen2_vl import Qwen2VLProcessor
 from .qwen3_vl import Qwen3VLProcessor
 
@@ -32,6 +33,7 @@ FAMILIES: dict[str, Callable[[Path, dict], Any]] = {
     "llava": LlavaProcessor.from_model_dir,
     "gemma3": Gemma3Processor.from_model_dir,
     "qwen3_vl": Qwen3VLProcessor.from_model_dir,
+    "minicpmv": MiniCPMVProcessor.from_model_dir,
 }
 
 # config.json keys that only vision-language models carry
@@ -45,13 +47,16 @@ class UnsupportedFamily:
 
     placeholder_tokens: dict[str, str] = {}
 
-    def __init__(self, model_type: str, architectures: list[str]):
+    def __init__(self, model_type: str, architectures: list[str], why: str | None = None):
         self.model_type = model_type
         self.architectures = architectures
+        self.why = why   # a supported family's model we cannot take (e.g. another MiniCPM-V version)
 
     def refuse(self, modality: str, param: str | None = None):
         """The 400 for any ``modality`` part."""
         arch = f" ({', '.join(self.architectures)})" if self.architectures else ""
+        if self.why is not None:
+            return bad_request(f"{modality} inputs are not supported for this model{arch}: {self.why}", param)
         return bad_request(
             f"{modality} inputs are not supported for this model: its family, model_type {self.model_type!r}{arch}, "
             f"has no image processor in render-service. Supported model_type values: {', '.join(sorted(FAMILIES))}.",
@@ -89,7 +94,10 @@ def load_processor(model_dir: str | Path | None, tokenizer: Any = None) -> Any |
     from ..resize import warm_up
 
     warm_up()
-    processor = factory(model_dir, config)
+    try:
+        processor = factory(model_dir, config)
+    except NotImplementedError as exc:   # the family's processor does not cover this model's variant
+        return UnsupportedFamily(model_type, [str(a) for a in config.get("architectures") or []], str(exc))
     if hasattr(processor, "bind"):
         if tokenizer is None:
             raise ValueError(f"the {model_type} processor needs the model's tokenizer")
