@@ -10,7 +10,8 @@ import argparse
 import json
 from typing import Any
 
-from .defaults import DEFAULT_LIMIT_PER_PROMPT, DEFAULT_MAX_IMAGE_PIXELS, HASH_ALGORITHMS
+from ..serve.config import ServeConfig  # the defaults, stated once
+from .defaults import DEFAULT_LIMIT_PER_PROMPT, HASH_ALGORITHMS
 
 
 def _limits(value: str) -> dict:
@@ -32,17 +33,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="fetch http(s) media URLs (off by default: a render tier that fetches any URL is an SSRF hole)")
     g.add_argument("--allowed-media-domains", nargs="+", default=None, metavar="HOST",
                    help="only these hostnames (exact) may be fetched, redirects included; implies remote fetches")
-    g.add_argument("--media-fetch-timeout", type=float, default=5.0, help="seconds for one remote fetch, connect to last byte")
-    g.add_argument("--max-media-bytes", type=int, default=20 * 1024 * 1024, help="largest encoded media item")
-    g.add_argument("--media-max-redirects", type=int, default=3, help="redirects followed on a remote fetch")
-    g.add_argument("--max-image-pixels", type=int, default=DEFAULT_MAX_IMAGE_PIXELS, help="largest decoded image (pixels)")
+    g.add_argument("--media-fetch-timeout", type=float, default=ServeConfig.media_fetch_timeout, help="seconds for one remote fetch, connect to last byte")
+    g.add_argument("--max-media-bytes", type=int, default=ServeConfig.max_media_bytes, help="largest encoded media item")
+    g.add_argument("--media-max-redirects", type=int, default=ServeConfig.media_max_redirects, help="redirects followed on a remote fetch")
+    g.add_argument("--max-image-pixels", type=int, default=ServeConfig.max_image_pixels, help="largest decoded image (pixels)")
     g.add_argument("--limit-mm-per-prompt", type=_limits, default=None,
                    help=f"JSON, most items per modality in one request (default {json.dumps(DEFAULT_LIMIT_PER_PROMPT)})")
-    g.add_argument("--mm-processor-cache-gb", type=float, default=4.0, help="processor cache size (0 disables)")
+    g.add_argument("--mm-processor-cache-gb", type=float, default=ServeConfig.mm_processor_cache_gb, help="processor cache size (0 disables)")
     g.add_argument("--mm-hash-model-id", default=None,
                    help="model id mm_hashes are computed with: the model path the engine was started with "
                         "(default: --model as given, as vLLM does)")
-    g.add_argument("--mm-hasher-algorithm", choices=HASH_ALGORITHMS, default="blake3")
+    g.add_argument("--mm-hasher-algorithm", choices=HASH_ALGORITHMS, default=ServeConfig.mm_hasher_algorithm)
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..multimodal.defaults import DEFAULT_MAX_IMAGE_PIXELS
 from ..wire.limits import MAX_BATCH_PROMPT_LENGTH, MAX_BATCH_PROMPTS
 
 
@@ -46,7 +47,7 @@ class ServeConfig:
     media_fetch_timeout: float = 5.0               # seconds per remote fetch (vLLM VLLM_IMAGE_FETCH_TIMEOUT)
     max_media_bytes: int = 20 * 1024 * 1024
     media_max_redirects: int = 3
-    max_image_pixels: int = 178_956_970            # vLLM VLLM_MAX_IMAGE_PIXELS
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS  # vLLM VLLM_MAX_IMAGE_PIXELS
     limit_mm_per_prompt: dict = field(default_factory=dict)
     mm_processor_cache_gb: float = 4.0
     mm_hash_model_id: str | None = None            # default: `model` as given (what vLLM hashes)
