@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..serve.config import ServeConfig
+from ..doors import DOORS
 from ..errors import OpenAIError
 from . import derender_routes, door_routes, info_routes, render_routes
 from .admission import AdmissionMiddleware
@@ -85,10 +86,10 @@ def _multimodal_renderer(bundle, config: ServeConfig, run_cpu):
 
 
 GENERATION_HINTS = {
-    path: (f"This is the render tier: it renders ({path}/render) and derenders ({path}/derender) but does not "
-           f"generate. For an OpenAI endpoint that generates, run `render-service drive` (render -> prefill -> "
-           f"decode -> derender over tokens-only engines), which serves {path}.")
-    for path in ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages")
+    door.path: (f"This is the render tier: it renders ({door.render_path}) and derenders ({door.derender_path}) "
+                f"but does not generate. For an OpenAI endpoint that generates, run `render-service drive` (render "
+                f"-> prefill -> decode -> derender over tokens-only engines), which serves {door.path}.")
+    for door in DOORS.values()
 }
 """The 404 of a generation route on ``serve`` says where generation is (vLLM's render server
 answers a bare 404 there; ours keeps the status, so routers probing routes see the same)."""
