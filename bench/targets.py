@@ -218,7 +218,11 @@ class SpawnedServer:
         self._log = tempfile.TemporaryFile()
 
     def start(self) -> None:
-        cmd = [sys.executable, "-m", "render_service.serve.cli", "serve", *self.args, "--host", "127.0.0.1",
+        # a tree from before start-up moved into render_service/serve/ (a `bench regress` baseline)
+        # has its command line at render_service/cli.py
+        old_layout = self.root != "" and (Path(self.root) / "render_service" / "cli.py").is_file()
+        cli = "render_service.cli" if old_layout else "render_service.serve.cli"
+        cmd = [sys.executable, "-m", cli, "serve", *self.args, "--host", "127.0.0.1",
                "--port", str(self.port)]
         if self.log_level is not None:
             cmd += ["--uvicorn-log-level", self.log_level]
