@@ -15,7 +15,7 @@ hostile or careless client can do to the connection layer, independent of our ro
 - ``early_413``: the app answers 413 without reading a 32 MiB upload: does the client read
   the status, or does it get a connection reset first?
 
-``uvicorn-hardened`` is uvicorn with `render_service.http.connections.HardenedH11Protocol`,
+``uvicorn-hardened`` is uvicorn with `render_service.http.connections.HardenedProtocol`,
 what ``render-service serve`` runs.
 
 Usage: ``python -m bench.bench_servers [--servers uvicorn,uvicorn-hardened,granian,hypercorn] [--workers 1,2]``.
@@ -71,10 +71,10 @@ def _headers(body: bytes) -> list[tuple[bytes, bytes]]:
 
 def _command(server: str, port: int, workers: int) -> list[str]:
     target = "bench.bench_servers:app"
-    if server.startswith("uvicorn"):  # the stack pyproject installs: h11 + asyncio
-        http = "render_service.http.connections:HardenedH11Protocol" if server == "uvicorn-hardened" else "h11"
+    if server.startswith("uvicorn"):  # the stack pyproject installs: httptools + uvloop
+        http = "render_service.http.connections:HardenedProtocol" if server == "uvicorn-hardened" else "httptools"
         return [sys.executable, "-m", "uvicorn", target, "--host", "127.0.0.1", "--port", str(port),
-                "--workers", str(workers), "--http", http, "--loop", "asyncio", "--timeout-keep-alive",
+                "--workers", str(workers), "--http", http, "--loop", "uvloop", "--timeout-keep-alive",
                 str(IDLE_TIMEOUT_S), "--limit-concurrency", str(CONNECTION_CAP), "--log-level", "warning",
                 "--no-access-log"]
     if server == "granian":

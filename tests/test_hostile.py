@@ -127,6 +127,29 @@ def test_early_413_reaches_a_client_that_sends_its_whole_body_first(tight_server
         assert sock.recv(65536).startswith(b"HTTP/1.1 413")
 
 
+@pytest.mark.parametrize("pieces", [1, 40], ids=["one-write", "trickled"])
+def test_a_request_head_past_the_bound_gets_431_and_the_server_keeps_answering(tight_server, pieces):
+    """llhttp bounds no head: without ours, one connection could grow a header list without end.
+    Sent whole (one read holds it all) or in pieces (the head never completes), it is a 431."""
+    from render_service.http.connections import MAX_HEAD_BYTES
+
+    head = (b"GET /v1/models HTTP/1.1\r\nHost: x\r\n"
+            + b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * 1000) for i in range(MAX_HEAD_BYTES // 1000 + 2)) + b"\r\n")
+    with _connect(tight_server) as sock:
+        step = -(-len(head) // pieces)
+        try:
+            for i in range(0, len(head), step):
+                sock.sendall(head[i:i + step])
+                time.sleep(0.005 if pieces > 1 else 0)
+        except OSError:
+            pass  # closed under us once the bound was passed: the answer is still readable
+        sock.settimeout(10)
+        answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
+    assert b"longer than" in answer
+    assert httpx.get(tight_server + "/v1/models", headers={"X-Pad": "a" * 8000}, timeout=10).status_code == 200
+
+
 def test_every_accepted_socket_gets_tcp_nodelay():
     """uvicorn --workers N hands workers a socket made without proto=IPPROTO_TCP, and asyncio
     then never sets TCP_NODELAY (~40 ms per response). The protocol sets it itself."""
@@ -135,7 +158,7 @@ def test_every_accepted_socket_gets_tcp_nodelay():
     from uvicorn.config import Config
     from uvicorn.server import ServerState
 
-    from render_service.http.connections import HardenedH11Protocol
+    from render_service.http.connections import HardenedProtocol
 
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # proto 0, as uvicorn's bind_socket
     listener.bind(("127.0.0.1", 0))
@@ -148,7 +171,7 @@ def test_every_accepted_socket_gets_tcp_nodelay():
         config = Config(app=lambda *a: None, timeout_keep_alive=1)
         config.load()
         transport, _ = await asyncio.get_running_loop().connect_accepted_socket(
-            lambda: HardenedH11Protocol(config=config, server_state=ServerState(), app_state={}), sock=accepted)
+            lambda: HardenedProtocol(config=config, server_state=ServerState(), app_state={}), sock=accepted)
         assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
         transport.close()
 
@@ -612,9 +635,9 @@ def test_prompt_longer_than_the_context_can_hold_is_refused_before_tokenizing(sm
 def hardened_server(app, **uvicorn_options):
     """``app`` under uvicorn with our connection protocol (as `serve` runs it), in a thread."""
     from conftest import serve_app
-    from render_service.http.connections import HardenedH11Protocol
+    from render_service.http.connections import HardenedProtocol
 
-    return serve_app(app, http=HardenedH11Protocol, **uvicorn_options)
+    return serve_app(app, http=HardenedProtocol, **uvicorn_options)
 
 
 def _listed_count(r: httpx.Response) -> int:

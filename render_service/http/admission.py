@@ -103,7 +103,8 @@ def refusal_bytes(status: int, message: str, path: str, close: bool = True) -> b
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
-_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Content Too Large", 503: b"Service Unavailable"}
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Content Too Large",
+            431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
 
 
 class Admission:
@@ -369,7 +370,7 @@ class AdmissionMiddleware:
     its body is read when `Admission.overloaded_at_the_door` says it could not start in
     time. A request counts as in flight (``admission.inflight``, bounded by
     ``max_inflight``) only once its whole body is in: a client trickling a body holds a
-    connection (cut by the body deadline, `connections.HardenedH11Protocol`), never a
+    connection (cut by the body deadline, `connections.HardenedProtocol`), never a
     place in the queue — 300 slow uploads used to lock every other POST out. An
     ``X-Request-Id`` past `MAX_REQUEST_ID_CHARS` is a 400 on every route (it used to be
     echoed back whole)."""

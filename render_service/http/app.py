@@ -121,7 +121,7 @@ def create_app(bundle, config: ServeConfig) -> Starlette:
         app.add_middleware(ApiKeyMiddleware, keys=config.api_key)
     app.state.ctx = ctx
     app.state.not_found_hints = GENERATION_HINTS
-    app.state.drain = ctx.drain  # started by connections.HardenedH11Protocol.shutdown
+    app.state.drain = ctx.drain  # started by connections.HardenedProtocol.shutdown
     app.state.body_limits = BodyLimits(config.body_read_timeout, config.body_min_rate)  # read by connections.py
     app.state.door = Door(ctx.admission, {b"/health": ctx.probe_status, b"/ping": ctx.probe_status})  # connections.py
     return app

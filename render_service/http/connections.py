@@ -1,6 +1,6 @@
 """Connection hygiene for uvicorn: TCP_NODELAY, request-head and body deadlines, a connection cap.
 
-uvicorn (0.30-0.54, h11) leaves gaps that a single client can use (issue 14 §3, §4; issue 25),
+uvicorn (0.30-0.54) leaves gaps that a single client can use (issue 14 §3, §4; issue 25),
 measured by ``bench/bench_servers.py``:
 
 - A connection that never sends a byte, or trickles its headers, is never closed: the
@@ -13,11 +13,15 @@ measured by ``bench/bench_servers.py``:
 - ``limit_concurrency`` answers 503 only once a request arrives; idle connections past it
   still hold descriptors.
 
-`HardenedH11Protocol` closes them in uvicorn's own protocol class (chosen with
-``uvicorn.run(http="render_service.http.connections:HardenedH11Protocol")``, an import path
-so every worker process uses it):
+`HardenedProtocol` closes them in uvicorn's own protocol class for httptools (llhttp, the
+parser uvicorn picks when it is installed, as in vLLM's ``uvicorn[standard]``; h11, pure Python,
+was 19% of a small render's CPU), chosen with
+``uvicorn.run(http="render_service.http.connections:HardenedProtocol")``, an import path so
+every worker process uses it:
 
 - every accepted TCP socket gets ``TCP_NODELAY``;
+- a request head longer than `MAX_HEAD_BYTES` gets 431 and the connection is closed (llhttp
+  sets no bound of its own; h11's was 16 KiB);
 - a connection has ``timeout_keep_alive`` seconds to deliver a complete request head, from
   its accept and again after every response (idle keep-alive and slow headers alike);
 - a request body must arrive by ``body_timeout + bytes received / body_min_rate`` seconds
@@ -45,8 +49,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .drain import grace_before_cut
 from .admission import Admission, refusal_bytes
@@ -54,6 +57,57 @@ from .admission import Admission, refusal_bytes
 _UNSET = object()
 DRAIN_MAX_BYTES = 64 << 20
 """Most body bytes read (and dropped) after a request was answered early, before closing."""
+MAX_HEAD_BYTES = 64 << 10
+"""Longest request head (request line and headers) accepted; longer ones get 431."""
+
+
+class _HeadWithBody:
+    """The transport as a response cycle sees it: a response's head leaves with its body.
+
+    uvicorn writes a response head and its body in two calls; on loopback each write is a
+    send() that runs the receiver's TCP path too (a fifth of a small render's CPU was the
+    two writes). The first write of a cycle (its head) is held until the next one joins it,
+    or until the loop's next turn (a stream's head does not wait for its first event); a
+    close sends what is held first. Later writes go straight through.
+    """
+
+    __slots__ = ("_transport", "_held", "_spent", "_loop")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._held: bytes | None = None
+        self._spent = False
+        self._loop = loop
+
+    def write(self, data: bytes) -> None:
+        if self._held is not None:
+            data, self._held = self._held + data, None
+        elif not self._spent:
+            self._spent = True
+            self._held = data
+            self._loop.call_soon(self._flush)
+            return
+        self._transport.write(data)
+
+    def _flush(self) -> None:
+        if self._held is not None:
+            data, self._held = self._held, None
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return self._transport.get_extra_info(name, default)
+
+
+class _HeadTooLong(Exception):
+    """Raised from llhttp's headers callback when the head is over `MAX_HEAD_BYTES`."""
 
 
 @dataclass(frozen=True)
@@ -104,13 +158,18 @@ def _whole_request(data: bytes) -> bool:
     return len(data) == end + 4 + int(found[0])
 
 
-class HardenedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with TCP_NODELAY, head and body deadlines and a connection cap."""
+class HardenedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with TCP_NODELAY, a head bound, head and body deadlines and a
+    connection cap."""
 
     _head_timer: asyncio.TimerHandle | None = None
     _body_timer: asyncio.TimerHandle | None = None
+    _body_cycle: object = None
     _body_started = 0.0
     _body_received = 0
+    _in_message = False  # llhttp is inside a request: between on_message_begin and on_message_complete
+    _head_bytes = -1  # bytes of a request head still incomplete; -1 once the head is complete
+    _head_too_long = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         sock = transport.get_extra_info("socket")
@@ -127,8 +186,7 @@ class HardenedH11Protocol(H11Protocol):
         self._arm_head_deadline()
 
     def data_received(self, data: bytes) -> None:
-        if (self.conn.their_state is h11.IDLE and not self.conn.trailing_data[0]
-                and (self.cycle is None or self.cycle.response_complete)):
+        if not self._in_message and not self.pipeline and (self.cycle is None or self.cycle.response_complete):
             door = self.config.__dict__.get("_door", _UNSET)
             if door is _UNSET:  # once per server: the app is the same for every connection
                 door = self.config._door = _app_state(self.app, "door", None)  # type: ignore[attr-defined]
@@ -136,6 +194,45 @@ class HardenedH11Protocol(H11Protocol):
                 return
         self._body_received += len(data)
         super().data_received(data)
+        if self._head_bytes >= 0 and not self.transport.is_closing():  # a head still coming: bound its bytes
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._refuse_head()
+                return
+        cycle = self.cycle
+        if cycle is not None and cycle is not self._body_cycle and cycle.more_body and not cycle.response_complete:
+            self._arm_body_deadline(cycle)
+
+    # llhttp's callbacks: where a request is (the door, the head bound, the drain need it)
+
+    def on_message_begin(self) -> None:
+        self._in_message = True
+        self._head_bytes = 0
+        super().on_message_begin()
+
+    def on_headers_complete(self) -> None:
+        self._head_bytes = -1
+        if len(self.url) + sum(len(k) + len(v) + 4 for k, v in self.headers) > MAX_HEAD_BYTES:
+            self._head_too_long = True
+            raise _HeadTooLong  # llhttp stops; uvicorn's data_received answers through send_400_response
+        super().on_headers_complete()
+        if self.cycle is not None and self.cycle.transport is self.transport:
+            self.cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
+
+    def on_message_complete(self) -> None:
+        self._in_message = False
+        super().on_message_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request llhttp refused; a head over the bound is a 431."""
+        if self._head_too_long:
+            self._refuse_head()
+        else:
+            super().send_400_response(msg)
+
+    def _refuse_head(self) -> None:
+        self.transport.write(refusal_bytes(431, f"The request head is longer than {MAX_HEAD_BYTES} bytes.", "/"))
+        self.transport.close()
 
     def _answer_at_the_door(self, door: Door, data: bytes) -> bool:
         """Answer a new request from its first bytes, before uvicorn parses it or the app
@@ -167,12 +264,6 @@ class HardenedH11Protocol(H11Protocol):
                 self.transport.close()
             return True
         return False
-
-    def handle_events(self) -> None:
-        cycle = self.cycle
-        super().handle_events()
-        if self.cycle is not cycle and self.cycle is not None and self.cycle.more_body:
-            self._arm_body_deadline()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -211,7 +302,7 @@ class HardenedH11Protocol(H11Protocol):
         self._head_timer = None
         idle = self.cycle is None or self.cycle.response_complete
         if self.cycle is cycle_when_armed and idle and not self.transport.is_closing():
-            if self.cycle is not None and self.conn.their_state is h11.SEND_BODY and self._body_on_pace():
+            if self.cycle is not None and self._in_message and self._head_bytes < 0 and self._body_on_pace():
                 self._arm_head_deadline()
                 return
             self.transport.close()
@@ -224,7 +315,8 @@ class HardenedH11Protocol(H11Protocol):
 
     # -- the request body --------------------------------------------------------------
 
-    def _arm_body_deadline(self) -> None:
+    def _arm_body_deadline(self, cycle: object) -> None:
+        self._body_cycle = cycle
         limits = self.config.__dict__.get("_body_limits")
         if limits is None:  # once per server: the app is the same for every connection
             limits = self.config._body_limits = _app_state(self.app, "body_limits", BodyLimits())  # type: ignore[attr-defined]

@@ -66,7 +66,7 @@ def routes(ctx: AppContext) -> list[Route]:
                 inline = size.isdigit() and int(size) <= INLINE_BODY_BYTES and _token_count(body) < INLINE_TOKENS
                 result = fn(req) if inline else await ctx.run_cpu(fn, req)
                 if model is streamed[0]:
-                    ctx.metrics.derender_chunks.labels(request.url.path).inc()
+                    ctx.metrics.derender_chunks.labels(request.scope["path"]).inc()
                 return JSONResponse(result)
             except OpenAIError as err:
                 return error_response(err)

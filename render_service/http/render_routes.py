@@ -53,7 +53,7 @@ def routes(ctx: AppContext) -> list[Route]:
             media = await load_media_input(ctx.multimodal, chat_media_parts(req.messages), mm_payload(req))
         inline = media is None and _small(request) and not _request_template(req) and ctx.bundle.tokenizer.backend_name != "hf"
         out = await ctx.run_cpu(render_chat, ctx.bundle, ctx.config, req, rid, media, inline=inline)
-        ctx.metrics.rendered(request.url.path, out)
+        ctx.metrics.rendered(request.scope["path"], out)
         parser = ctx.config.tool_call_parser if tool_parser_active(ctx.config) else None
         note = unenforced(parser, req.tools, req.effective_tool_choice)
         # a forced call nothing will enforce (render.tool_constraints): say so rather than fail
@@ -72,7 +72,7 @@ def routes(ctx: AppContext) -> list[Route]:
         ctx.check_model(req.model)
         rid = _request_id(request, req.request_id)
         out = await ctx.run_cpu(render_completion, ctx.bundle, ctx.config, req, rid)
-        ctx.metrics.rendered(request.url.path, out)
+        ctx.metrics.rendered(request.scope["path"], out)
         with tracing.span("serialize"):
             return JSONResponse(out)
 

@@ -273,7 +273,7 @@ def add_connection_arguments(p: argparse.ArgumentParser) -> None:
 
 def connection_options(args: argparse.Namespace) -> dict:
     """uvicorn keyword arguments for the connection flags."""
-    return {"http": "render_service.http.connections:HardenedH11Protocol", "timeout_keep_alive": args.timeout_keep_alive,
+    return {"http": "render_service.http.connections:HardenedProtocol", "timeout_keep_alive": args.timeout_keep_alive,
             "limit_concurrency": args.max_connections, "timeout_graceful_shutdown": args.graceful_shutdown_timeout}
 
 
