@@ -273,8 +273,11 @@ def add_connection_arguments(p: argparse.ArgumentParser) -> None:
 
 def connection_options(args: argparse.Namespace) -> dict:
     """uvicorn keyword arguments for the connection flags."""
+    from ..http.access_log import logging_config
+
     return {"http": "render_service.http.connections:HardenedProtocol", "timeout_keep_alive": args.timeout_keep_alive,
-            "limit_concurrency": args.max_connections, "timeout_graceful_shutdown": args.graceful_shutdown_timeout}
+            "limit_concurrency": args.max_connections, "timeout_graceful_shutdown": args.graceful_shutdown_timeout,
+            "log_config": logging_config()}
 
 
 def _subcommand_module(name: str):
