@@ -1,11 +1,14 @@
 """Notice when a client leaves, so work done for it can stop (issue 14 §1).
 
 uvicorn does not cancel a handler whose client disconnected; a render kept running for a
-client that was gone. `ClientGoneMiddleware` watches each JSON route's connection once the
-request body has been read, and sets `render_service.model.template_sandbox.CLIENT_GONE`
-(an event, visible to CPU-pool threads because `AppContext.run_cpu` runs them in a copy of
-the request's context) when the client disconnects. Work that can be stopped polls it: the
-template sandbox kills the worker process rendering for that client.
+client that was gone. `ClientGoneMiddleware` gives each POST request a `ClientWatch`; when
+the request's work goes to the CPU pool (`AppContext.run_cpu` calls `watch_client`, after the
+body was read), the watch starts: it sets `render_service.model.template_sandbox.CLIENT_GONE`
+(an event, visible to pool threads because `run_cpu` runs them in a copy of the request's
+context) and fires it when the client disconnects. Work that can be stopped polls it: the
+template sandbox kills the worker process rendering for that client. A request answered on
+the event loop (a small render, inline) never starts one: a task and two events per request
+were 4% of a ~50-token render's CPU.
 
 Streaming routes (paths ending in ``/pipe``) read their own body while they answer, and
 stop on disconnect by themselves, so they are not watched.
@@ -14,15 +17,51 @@ stop on disconnect by themselves, so they are not watched.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..model.template_sandbox import CLIENT_GONE
 
 
+class ClientWatch:
+    """One request's watch for its client leaving, started on demand (`watch_client`)."""
+
+    __slots__ = ("receive", "task")
+
+    def __init__(self, receive: Receive) -> None:
+        self.receive = receive
+        self.task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        """Set `CLIENT_GONE` in the current context and fire it when the client disconnects
+        (the request's body must have been read: the next ``receive()`` is the disconnect)."""
+        if self.task is not None:
+            return
+        gone = threading.Event()
+        CLIENT_GONE.set(gone)
+
+        async def watch() -> None:
+            if (await self.receive())["type"] == "http.disconnect":
+                gone.set()
+
+        self.task = asyncio.get_running_loop().create_task(watch())
+
+
+_WATCH: contextvars.ContextVar[ClientWatch | None] = contextvars.ContextVar("client_watch", default=None)
+
+
+def watch_client() -> None:
+    """Start the current request's `ClientWatch` (no-op outside a watched request). Call it
+    after the body was read and before work is handed to another thread."""
+    watch = _WATCH.get()
+    if watch is not None:
+        watch.start()
+
+
 class ClientGoneMiddleware:
-    """Set `CLIENT_GONE` for each POST request and fire it when the client disconnects."""
+    """Give each POST request (but pipes) a `ClientWatch`, and stop it when the request ends."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -31,26 +70,11 @@ class ClientGoneMiddleware:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"].endswith("/pipe"):
             await self.app(scope, receive, send)
             return
-        gone = threading.Event()
-        body_read = asyncio.Event()
-
-        async def tracked_receive() -> Message:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                gone.set()
-            elif not message.get("more_body", False):
-                body_read.set()
-            return message
-
-        async def watch() -> None:
-            await body_read.wait()
-            if (await receive())["type"] == "http.disconnect":
-                gone.set()
-
-        token = CLIENT_GONE.set(gone)
-        watcher = asyncio.create_task(watch())
+        watch = ClientWatch(receive)
+        token = _WATCH.set(watch)
         try:
-            await self.app(scope, tracked_receive, send)
+            await self.app(scope, receive, send)
         finally:
-            watcher.cancel()
-            CLIENT_GONE.reset(token)
+            if watch.task is not None:
+                watch.task.cancel()
+            _WATCH.reset(token)

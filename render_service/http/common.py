@@ -18,6 +18,7 @@ from ..serve.config import ServeConfig
 from ..errors import OpenAIError, bad_request
 from ..wire.validate import validate  # noqa: F401  (routes import it from here)
 from .drain import Drain
+from .cancel import watch_client
 from .admission import ANTHROPIC_PATHS, Admission, error_json, refusal_headers
 from .metrics import ServiceMetrics
 
@@ -61,7 +62,7 @@ class AppContext:
             ran, answer = self.admission.run_now(fn, *args)
             if ran:
                 return answer
-        # The thread runs in a copy of this request's context (it sees CLIENT_GONE, see http.cancel).
+        watch_client()  # the thread runs in a copy of this request's context: it sees CLIENT_GONE (http.cancel)
         call = functools.partial(contextvars.copy_context().run, fn, *args)
         return await self.admission.run(self.executor, call, deadline)
 
