@@ -227,3 +227,23 @@ def test_text_part_without_string_text_names_the_field(client):
     body = {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}
     err = _assert_error(client.post("/render", json=body), 400, "messages.0.content.0.text")
     assert "not supported" not in err["message"]
+
+
+def test_request_ids_are_random_unique_and_new_in_a_forked_child():
+    import os
+    import re
+
+    from render_service.render.request import new_request_id
+
+    ids = [new_request_id() for _ in range(2000)]  # several refills of the pool
+    assert len(set(ids)) == len(ids) and all(re.fullmatch(r"[0-9a-f]{16}", i) for i in ids)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        threaded = list(pool.map(lambda _: new_request_id(), range(2000)))
+    assert len(set(threaded) | set(ids)) == 4000
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child's next id must not be the parent's
+        os.write(write, new_request_id().encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 16).decode() != new_request_id()

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import functools
-import secrets
+import os
 from typing import Any
 
 from ..serve.config import ServeConfig
@@ -16,9 +16,18 @@ from ..wire.limits import logit_bias_ids
 from .sampling import build_sampling_params
 
 
+_IDS: list[str] = []  # drawn from the OS's CSPRNG 256 at a time: one getrandom() per request was 2% of a small render
+os.register_at_fork(after_in_child=_IDS.clear)  # a forked worker never repeats its parent's ids
+
+
 def new_request_id() -> str:
-    """16 random hex characters (vLLM's default request id)."""
-    return secrets.token_hex(8)
+    """16 random hex characters (vLLM's default request id), from ``os.urandom``."""
+    try:
+        return _IDS.pop()
+    except IndexError:
+        block = os.urandom(8 * 256).hex()
+        _IDS.extend(block[i:i + 16] for i in range(0, len(block), 16))  # list ops are atomic: threads may share
+        return _IDS.pop()
 
 
 def refuse_beam_search(req: Any) -> None:
