@@ -11,7 +11,7 @@ from typing import Any, Callable, TypeVar
 
 import orjson
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 
 from ..serve.config import ServeConfig
@@ -130,27 +130,37 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         limit), 413 when the body exceeds ``max_bytes``, 408 when the body never arrives (the
         client hung up, or the connection's body deadline answered 408 already).
     """
-    ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-    if ctype not in ("application/json", ""):
-        raise bad_request(f"Unsupported Content-Type {ctype!r}; expected application/json.")
-    encoding = request.headers.get("content-encoding", "identity").strip().lower()
-    if encoding not in ("identity", ""):
-        raise OpenAIError(415, f"Content-Encoding {encoding!r} is not supported; send the body uncompressed.")
-    declared = request.headers.get("content-length")
+    ctype = encoding = declared = None
+    for k, v in request.scope["headers"]:  # the first of each, as Headers.get; no Headers object per request
+        if k == b"content-type":
+            ctype = v if ctype is None else ctype
+        elif k == b"content-encoding":
+            encoding = v if encoding is None else encoding
+        elif k == b"content-length":
+            declared = v if declared is None else declared
+    if ctype is not None:
+        ctype = ctype.decode("latin-1").split(";")[0].strip().lower()
+        if ctype not in ("application/json", ""):
+            raise bad_request(f"Unsupported Content-Type {ctype!r}; expected application/json.")
+    if encoding is not None:
+        encoding = encoding.decode("latin-1").strip().lower()
+        if encoding not in ("identity", ""):
+            raise OpenAIError(415, f"Content-Encoding {encoding!r} is not supported; send the body uncompressed.")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise OpenAIError(413, f"Request body is {declared} bytes; the limit is {max_bytes}.")
-    chunks, size = [], 0
+        raise OpenAIError(413, f"Request body is {declared.decode()} bytes; the limit is {max_bytes}.")
+    chunks, size, more = [], 0, True
+    while more:
+        message = await request.receive()
+        if message["type"] != "http.request":  # the client hung up mid-body, or the body deadline answered 408
+            raise OpenAIError(408, "The request body did not arrive: the client went away or was too slow "
+                                   "(--body-read-timeout, --body-min-rate).")
+        chunk, more = message.get("body", b""), message.get("more_body", False)
+        size += len(chunk)
+        if size > max_bytes:
+            raise OpenAIError(413, f"Request body exceeds the limit of {max_bytes} bytes.")
+        chunks.append(chunk)
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_bytes:
-                raise OpenAIError(413, f"Request body exceeds the limit of {max_bytes} bytes.")
-            chunks.append(chunk)
-    except ClientDisconnect:  # the client hung up mid-body, or the connection's body deadline answered 408
-        raise OpenAIError(408, "The request body did not arrive: the client went away or was too slow "
-                               "(--body-read-timeout, --body-min-rate).") from None
-    try:
-        return orjson.loads(b"".join(chunks))
+        return orjson.loads(chunks[0] if len(chunks) == 1 else b"".join(chunks))
     except orjson.JSONDecodeError as exc:
         raise bad_request(f"Request body is not valid JSON: {exc}") from None
 
