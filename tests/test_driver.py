@@ -393,6 +393,21 @@ def test_client_errors_keep_their_status(world, where):
     assert r.status_code == 400 and r.json()["error"]["type"] == "BadRequestError"
 
 
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_a_long_x_request_id_is_refused_before_any_hop(world, where):
+    """drive sends X-Request-Id to both engines and into every answer: past the bound it is
+    a 400 naming it (as serve), not echoed; at the bound it is served."""
+    from render_service.wire.limits import MAX_REQUEST_ID_CHARS
+
+    url = getattr(world, where)
+    r = httpx.post(url + CHAT, json=body_for("Hi"), headers={"X-Request-Id": "r" * 60_000}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "X-Request-Id", r.text[:200]
+    assert "x-request-id" not in r.headers and len(r.content) < 1000
+    ok = httpx.post(url + CHAT, json={**body_for("Hi"), "max_tokens": 2},
+                    headers={"X-Request-Id": "r" * MAX_REQUEST_ID_CHARS}, timeout=60)
+    assert ok.status_code == 200 and ok.headers["x-request-id"] == "r" * MAX_REQUEST_ID_CHARS
+
+
 def test_constraints_the_reference_engine_cannot_enforce_are_a_400(world):
     """response_format and a required tool_choice are refused by the engine, never ignored."""
     for extra in ({"response_format": {"type": "json_object"}}, {"tools": TOOLS, "tool_choice": "required"}):

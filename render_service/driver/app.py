@@ -34,6 +34,7 @@ from starlette.routing import Route
 
 from ..errors import OpenAIError, bad_request
 from ..http import info_routes
+from ..http.admission import RequestIdLimitMiddleware
 from ..http.connections import BodyLimits
 from ..http.common import JSONResponse, error_response, http_error_response, read_json
 from ..doors import DOORS
@@ -140,6 +141,7 @@ def create_app(driver: Driver) -> Starlette:
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={OpenAIError: lambda req, exc: error_response(exc),
                                         HTTPException: http_error_response})
+    app.add_middleware(RequestIdLimitMiddleware)
     app.state.driver = driver
     app.state.drain = drain
     app.state.body_limits = BodyLimits(driver.config.serve.body_read_timeout, driver.config.serve.body_min_rate)

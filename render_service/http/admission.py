@@ -381,8 +381,7 @@ class AdmissionMiddleware:
     async def __call__(self, scope, receive, send) -> None:
         a = self.admission
         if scope["type"] == "http" and _long_request_id(scope["headers"]):
-            await _send_error(send, OpenAIError(400, f"X-Request-Id may be at most {MAX_REQUEST_ID_CHARS} "
-                                                     "characters.", param="X-Request-Id"), scope["path"])
+            await _send_error(send, _LONG_REQUEST_ID, scope["path"])
             return
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"].endswith("/pipe"):
             await self.app(scope, receive, send)
@@ -414,6 +413,25 @@ async def _send_error(send, err: OpenAIError, path: str) -> None:
     await send({"type": "http.response.start", "status": err.status, "headers": [
         (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)), *refusal_headers(err)]})
     await send({"type": "http.response.body", "body": body})
+
+
+class RequestIdLimitMiddleware:
+    """An ``X-Request-Id`` past `MAX_REQUEST_ID_CHARS` is a 400 (for apps without
+    `AdmissionMiddleware`, which checks the same: ``drive``, whose id goes to both engines
+    and into every answer)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and _long_request_id(scope["headers"]):
+            await _send_error(send, _LONG_REQUEST_ID, scope["path"])
+            return
+        await self.app(scope, receive, send)
+
+
+_LONG_REQUEST_ID = OpenAIError(400, f"X-Request-Id may be at most {MAX_REQUEST_ID_CHARS} characters.",
+                               param="X-Request-Id")
 
 
 def _long_request_id(headers: list[tuple[bytes, bytes]]) -> bool:
