@@ -111,6 +111,27 @@ def test_connections_past_the_cap_get_503_and_others_still_served(tight_server):
     assert httpx.get(tight_server + "/health", timeout=10).status_code == 200
 
 
+def test_a_probe_past_the_connection_cap_is_still_answered(tight_server):
+    """A liveness probe that found the cap full got 503, and Kubernetes restarted a pod for
+    being busy. Past the cap a probe is answered (and its connection closed); anything else
+    still gets 503."""
+    held = [_connect(tight_server) for _ in range(10)]
+    try:
+        probe, other = _connect(tight_server), _connect(tight_server)
+        probe.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        other.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+        for sock in (probe, other):
+            sock.settimeout(10)
+        assert probe.recv(4096).startswith(b"HTTP/1.1 200")
+        assert probe.recv(4096) == b""  # closed after the probe: it holds no descriptor past the cap
+        assert other.recv(4096).startswith(b"HTTP/1.1 503")
+        probe.close()
+        other.close()
+    finally:
+        for s in held:
+            s.close()
+
+
 @pytest.mark.parametrize("framing", [b"Content-Length: %d\r\n", b"Transfer-Encoding: chunked\r\n"])
 def test_early_413_reaches_a_client_that_sends_its_whole_body_first(tight_server, framing):
     """Most clients (httpx, requests) write the whole body before reading: the 413 must be

@@ -33,7 +33,8 @@ every worker process uses it:
   client goes on sending that body at the body's pace (at most `DRAIN_MAX_BYTES`), so a
   client that writes everything before it reads sees the answer, not a reset;
 - past ``limit_concurrency`` open connections, a new one gets ``503`` with ``Retry-After``
-  and is closed at once;
+  and is closed (within `OVER_CAP_WAIT_S`) — unless its request is a probe (``GET /health``),
+  answered and then closed: a liveness probe must not fail because the pod is busy;
 - the door (`Door`, ``app.state.door``): a probe (``GET /health``, ``/ping``) is answered
   from the connection itself, and a POST the admission refuses gets its 503 + ``Retry-After``
   from the request line alone, before uvicorn parses it or a task is made for it (issue 25:
@@ -57,6 +58,8 @@ from .admission import Admission, refusal_bytes
 _UNSET = object()
 DRAIN_MAX_BYTES = 64 << 20
 """Most body bytes read (and dropped) after a request was answered early, before closing."""
+OVER_CAP_WAIT_S = 1.0
+"""How long a connection past the cap may take to send a probe before its 503."""
 MAX_HEAD_BYTES = 64 << 10
 """Longest request head (request line and headers) accepted; longer ones get 431."""
 
@@ -170,6 +173,7 @@ class HardenedProtocol(HttpToolsProtocol):
     _in_message = False  # llhttp is inside a request: between on_message_begin and on_message_complete
     _head_bytes = -1  # bytes of a request head still incomplete; -1 once the head is complete
     _head_too_long = False
+    _over_cap = False  # accepted past --max-connections: only a probe is answered
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         sock = transport.get_extra_info("socket")
@@ -180,16 +184,27 @@ class HardenedProtocol(HttpToolsProtocol):
                 pass
         super().connection_made(transport)
         if self.limit_concurrency is not None and len(self.connections) > self.limit_concurrency:
-            transport.write(refusal_bytes(503, "Too many open connections; retry later.", "/"))
-            transport.close()
+            # Past the cap: a probe is still answered (a liveness probe failing under load would
+            # restart a busy pod); anything else, or nothing within OVER_CAP_WAIT_S, gets 503.
+            self._over_cap = True
+            self._head_timer = self.loop.call_later(min(OVER_CAP_WAIT_S, self.timeout_keep_alive), self._refuse_over_cap)
             return
         self._arm_head_deadline()
 
+    def _refuse_over_cap(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing():
+            self.transport.write(refusal_bytes(503, "Too many open connections; retry later.", "/"))
+            self.transport.close()
+
     def data_received(self, data: bytes) -> None:
+        if self._over_cap:
+            door = self._door()
+            if door is None or not self._answer_probe(door, data, close=True):
+                self._refuse_over_cap()
+            return
         if not self._in_message and not self.pipeline and (self.cycle is None or self.cycle.response_complete):
-            door = self.config.__dict__.get("_door", _UNSET)
-            if door is _UNSET:  # once per server: the app is the same for every connection
-                door = self.config._door = _app_state(self.app, "door", None)  # type: ignore[attr-defined]
+            door = self._door()
             if door is not None and self._answer_at_the_door(door, data):
                 return
         self._body_received += len(data)
@@ -234,24 +249,39 @@ class HardenedProtocol(HttpToolsProtocol):
         self.transport.write(refusal_bytes(431, f"The request head is longer than {MAX_HEAD_BYTES} bytes.", "/"))
         self.transport.close()
 
+    def _door(self) -> Door | None:
+        door = self.config.__dict__.get("_door", _UNSET)
+        if door is _UNSET:  # once per server: the app is the same for every connection
+            door = self.config._door = _app_state(self.app, "door", None)  # type: ignore[attr-defined]
+        return door  # type: ignore[return-value]
+
+    def _answer_probe(self, door: Door, data: bytes, close: bool = False) -> bool:
+        """Answer ``data`` if it is exactly one probe request (``GET /health``); True if so.
+        The connection is closed after it when ``close`` or when the client asks."""
+        method, _, rest = data.partition(b" ")
+        path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
+        if method != b"GET" or path not in door.probes or not data.endswith(b"\r\n\r\n") or data.count(b"\r\n\r\n") != 1:
+            return False
+        status = door.probes[path]()
+        closing = close or b"\r\nconnection: close" in data.lower()
+        self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-length: 0\r\n%s\r\n" % (
+            status, b"OK" if status == 200 else b"Service Unavailable", b"connection: close\r\n" if closing else b""))
+        if closing:
+            self.transport.close()
+        else:
+            self._unset_keepalive_if_required()
+            self._arm_head_deadline()
+        return True
+
     def _answer_at_the_door(self, door: Door, data: bytes) -> bool:
         """Answer a new request from its first bytes, before uvicorn parses it or the app
         sees it: a probe (``GET /health``), or a POST the admission refuses (503; the
         connection is kept when the whole request is in ``data``, else closed). True when
         answered."""
+        if self._answer_probe(door, data):
+            return True
         method, _, rest = data.partition(b" ")
         path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
-        if method == b"GET" and path in door.probes and data.endswith(b"\r\n\r\n") and data.count(b"\r\n\r\n") == 1:
-            status = door.probes[path]()
-            closing = b"\r\nconnection: close" in data.lower()
-            self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-length: 0\r\n%s\r\n" % (
-                status, b"OK" if status == 200 else b"Service Unavailable", b"connection: close\r\n" if closing else b""))
-            if closing:
-                self.transport.close()
-            else:
-                self._unset_keepalive_if_required()
-                self._arm_head_deadline()
-            return True
         if method == b"POST" and not path.endswith(b"/pipe") and door.admission.overloaded_at_the_door():
             door.admission.refused_at_the_door()
             whole = _whole_request(data)  # all of it here: keep the connection (no reconnect per 503)
