@@ -15,6 +15,7 @@ import os
 import sys
 
 from .. import __version__
+from .config import ServeConfig
 
 # Subcommands contributed by other packages of this project: name → (module with
 # `register(subparsers)`, one-line help). A module is imported only when its subcommand runs,
@@ -91,7 +92,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--enable-auto-tool-choice", action="store_true", help="required for any tool parser to be active")
     p.add_argument("--default-chat-template-kwargs", type=json_object, default=None,
                    help='JSON, e.g. {"enable_thinking": false}')
-    p.add_argument("--tokenizer-backend", choices=("auto", "hf", "fast"), default="auto",
+    p.add_argument("--tokenizer-backend", choices=("auto", "hf", "fast"), default=ServeConfig.tokenizer_backend,
                    help="auto: the fast backend only where proven equal to HF for this tokenizer")
 
 
@@ -105,7 +106,6 @@ def add_log_level_argument(p: argparse.ArgumentParser, default: str) -> None:
 
 def serve_config_from_args(args: argparse.Namespace, **overrides):
     """`ServeConfig` from the `add_model_arguments` flags; ``overrides`` set the other fields."""
-    from .config import ServeConfig
 
     return ServeConfig(**{
         "model": args.model,
@@ -132,10 +132,10 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("model_positional", nargs="?", metavar="MODEL", help="same as --model (wins over it, as vLLM)")
     add_model_arguments(p)
-    p.add_argument("--host", default="",
+    p.add_argument("--host", default=ServeConfig.host,
                    help="listen address (default: every interface, as vLLM; 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=port_type, default=8000, help="listen port")
-    p.add_argument("--workers", "--api-server-count", "-asc", type=_positive, default=1,
+    p.add_argument("--port", type=port_type, default=ServeConfig.port, help="listen port")
+    p.add_argument("--workers", "--api-server-count", "-asc", type=_positive, default=ServeConfig.workers,
                    help="server processes sharing the port (vLLM's --api-server-count)")
     p.add_argument("--api-key", nargs="+", action="extend", default=None,
                    help="guard /v1, /v2, /inference (several keys, as vLLM's `--api-key K1 K2`, or the flag "
@@ -147,23 +147,21 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--token-exact-history", action="store_true",
                    help="chat requests with previous_turn render as its exact ids + the new messages "
                         "(a request's token_exact_history overrides; README 'Agent loops')")
-    p.add_argument("--content-special-tokens", choices=("parse", "text"), default="parse",
+    p.add_argument("--content-special-tokens", choices=("parse", "text"), default=ServeConfig.content_special_tokens,
                    help="parse: control-token text in messages becomes control tokens (HF parity); "
                         "text: it stays plain text (no turn forging)")
     p.add_argument("--stream-state-secret", default=os.environ.get("RENDER_SERVICE_STATE_SECRET"),
                    help="HMAC key sealing derender stream_state, at least 32 characters; give every replica behind "
                         "one router the same one (env RENDER_SERVICE_STATE_SECRET; default: a random key per server, "
                         "shared by its --workers)")
-    p.add_argument("--max-body-bytes", type=_positive, default=32 * 1024 * 1024, help="larger bodies get 413")
-    p.add_argument("--max-queue-delay-ms", type=_positive, default=1000,
+    p.add_argument("--max-body-bytes", type=_positive, default=ServeConfig.max_body_bytes, help="larger bodies get 413")
+    p.add_argument("--max-queue-delay-ms", type=_positive, default=ServeConfig.max_queue_delay_ms,
                    help="a request that cannot start on the CPU pool within this delay gets 503 + Retry-After "
                         "(keep it under the router's timeout: llm-d's token-producer waits 5 s)")
-    p.add_argument("--max-logprobs", type=int, default=20, help="top logprobs allowed per token (-1: no limit)")
-    from ..wire.limits import MAX_BATCH_PROMPT_LENGTH, MAX_BATCH_PROMPTS
-
-    p.add_argument("--max-batch-prompts", type=_positive, default=MAX_BATCH_PROMPTS,
+    p.add_argument("--max-logprobs", type=int, default=ServeConfig.max_logprobs, help="top logprobs allowed per token (-1: no limit)")
+    p.add_argument("--max-batch-prompts", type=_positive, default=ServeConfig.max_batch_prompts,
                    help="most prompts in one completions request (more: 400)")
-    p.add_argument("--max-batch-prompt-length", type=_positive, default=MAX_BATCH_PROMPT_LENGTH,
+    p.add_argument("--max-batch-prompt-length", type=_positive, default=ServeConfig.max_batch_prompt_length,
                    help="most prompt characters + token ids in one completions request, all prompts together "
                         "(more: 400)")
     add_log_level_argument(p, "info")
@@ -262,10 +260,10 @@ def add_connection_arguments(p: argparse.ArgumentParser) -> None:
                         "before it is closed")
     p.add_argument("--max-connections", type=_positive, default=1024,
                    help="open connections per worker process; past it a new connection gets 503 and is closed")
-    p.add_argument("--body-read-timeout", type=_positive_float, default=20.0, metavar="S",
+    p.add_argument("--body-read-timeout", type=_positive_float, default=ServeConfig.body_read_timeout, metavar="S",
                    help="seconds a request body may take after its head, plus one per --body-min-rate bytes "
                         "received; a body still incomplete then gets 408 and its connection is closed")
-    p.add_argument("--body-min-rate", type=_positive_float, default=500.0, metavar="BYTES_PER_S",
+    p.add_argument("--body-min-rate", type=_positive_float, default=ServeConfig.body_min_rate, metavar="BYTES_PER_S",
                    help="the slowest body upload that is never cut (see --body-read-timeout)")
     p.add_argument("--graceful-shutdown-timeout", type=_positive, default=30,
                    help="seconds to drain in-flight requests after SIGTERM before they are cut")

@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .config import ServeConfig
 from .vllm_flags import NO_MEANING_HERE, NOT_SERVED, VLLM_LAUNCH_RENDER_OPTIONS
 
 log = logging.getLogger("render_service.serve.cli")
@@ -67,11 +68,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tokenizer", default=None,
                    help="tokenizer (and chat template) directory when it differs from MODEL; generation_config "
                         "still comes from MODEL")
-    g.add_argument("--generation-config", default="auto",
+    g.add_argument("--generation-config", default=ServeConfig.generation_config,
                    help="auto: MODEL's generation_config.json; vllm: none; or a folder holding one")
     g.add_argument("--override-generation-config", type=json_object, default=None,
                    help='JSON merged over the generation config, e.g. {"temperature": 0.5}')
-    g.add_argument("--chat-template-content-format", choices=("auto", "string", "openai"), default="auto",
+    g.add_argument("--chat-template-content-format", choices=("auto", "string", "openai"),
+                   default=ServeConfig.chat_template_content_format,
                    help="how message content reaches the template; auto detects it from the template")
     g.add_argument("--tool-parser-plugin", default=None,
                    help="Python file imported at start-up that registers a tool-call format "
@@ -94,13 +96,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="every response carries X-Request-Id: the request's, else a random one (as vLLM)")
     g.add_argument("--trust-remote-code", action="store_true",
                    help="accepted: this server never runs model code (tokenizers and templates are data)")
-    g.add_argument("--anthropic-disabled-thinking-effort", default="auto",
+    g.add_argument("--anthropic-disabled-thinking-effort", default=ServeConfig.anthropic_disabled_thinking_effort,
                    choices=("auto", "none", "low", "medium", "high", "xhigh", "max"),
                    help="the reasoning_effort Messages' thinking: disabled maps to; auto probes the template")
     g.add_argument("--allowed-origins", type=json_list, default=None,
                    help='CORS: JSON list of origins allowed, e.g. ["https://app.example"] (default: no CORS)')
-    g.add_argument("--allowed-methods", type=json_list, default=["*"], help="CORS: JSON list of methods")
-    g.add_argument("--allowed-headers", type=json_list, default=["*"], help="CORS: JSON list of headers")
+    g.add_argument("--allowed-methods", type=json_list, default=list(ServeConfig.allowed_methods), help="CORS: JSON list of methods")
+    g.add_argument("--allowed-headers", type=json_list, default=list(ServeConfig.allowed_headers), help="CORS: JSON list of headers")
     g.add_argument("--allow-credentials", action=argparse.BooleanOptionalAction, default=False,
                    help="CORS: allow credentials")
     g.add_argument("--download-dir", default=None, help="hub cache directory for a --model hub id (HF_HUB_CACHE)")
@@ -112,7 +114,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     tls.add_argument("--ssl-keyfile", default=None, help="PEM private key of the server certificate")
     tls.add_argument("--ssl-certfile", default=None, help="PEM server certificate (chain)")
     tls.add_argument("--ssl-ca-certs", default=None, help="PEM CA bundle that client certificates must chain to")
-    tls.add_argument("--ssl-cert-reqs", type=int, choices=(0, 1, 2), default=0,
+    tls.add_argument("--ssl-cert-reqs", type=int, choices=(0, 1, 2), default=ServeConfig.ssl_cert_reqs,
                      help="client certificates: 0 not asked, 1 optional, 2 required (mTLS; Python's ssl.CERT_*)")
     tls.add_argument("--ssl-ciphers", default=None, help="OpenSSL cipher list (TLS 1.2 and below)")
     g.add_argument("--lora-modules", nargs="+", action=LoraModulesAction, default=None,
