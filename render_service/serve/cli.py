@@ -158,7 +158,8 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-queue-delay-ms", type=_positive, default=ServeConfig.max_queue_delay_ms,
                    help="a request that cannot start on the CPU pool within this delay gets 503 + Retry-After "
                         "(keep it under the router's timeout: llm-d's token-producer waits 5 s)")
-    p.add_argument("--max-logprobs", type=int, default=ServeConfig.max_logprobs, help="top logprobs allowed per token (-1: no limit)")
+    p.add_argument("--max-logprobs", type=int, default=ServeConfig.max_logprobs,
+                   help="top logprobs allowed per token (-1: no limit)")
     p.add_argument("--max-batch-prompts", type=_positive, default=ServeConfig.max_batch_prompts,
                    help="most prompts in one completions request (more: 400)")
     p.add_argument("--max-batch-prompt-length", type=_positive, default=ServeConfig.max_batch_prompt_length,

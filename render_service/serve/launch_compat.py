@@ -101,8 +101,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the reasoning_effort Messages' thinking: disabled maps to; auto probes the template")
     g.add_argument("--allowed-origins", type=json_list, default=None,
                    help='CORS: JSON list of origins allowed, e.g. ["https://app.example"] (default: no CORS)')
-    g.add_argument("--allowed-methods", type=json_list, default=list(ServeConfig.allowed_methods), help="CORS: JSON list of methods")
-    g.add_argument("--allowed-headers", type=json_list, default=list(ServeConfig.allowed_headers), help="CORS: JSON list of headers")
+    g.add_argument("--allowed-methods", type=json_list, default=list(ServeConfig.allowed_methods),
+                   help="CORS: JSON list of methods")
+    g.add_argument("--allowed-headers", type=json_list, default=list(ServeConfig.allowed_headers),
+                   help="CORS: JSON list of headers")
     g.add_argument("--allow-credentials", action=argparse.BooleanOptionalAction, default=False,
                    help="CORS: allow credentials")
     g.add_argument("--download-dir", default=None, help="hub cache directory for a --model hub id (HF_HUB_CACHE)")
