@@ -86,11 +86,12 @@ def _server(family: str, stack: list, root: Path) -> str:
     if family not in _servers:
         rec = RECORDINGS[family]
         model = _model_dir(family, root)
-        # vLLM's context length: Gemma 3's config.json has none and vLLM takes transformers' class default
-        ctx = render_server(model=str(model), mm_hash_model_id=rec["model_id"], max_model_len=rec["max_model_len"],
+        ctx = render_server(model=str(model), mm_hash_model_id=rec["model_id"],
                             served_model_name=(str(model), rec["model_id"]))
         _servers[family] = ctx.__enter__()
         stack.append(ctx)
+        # vLLM's context length, from the model's config alone (Gemma 3's names none: transformers' default)
+        assert httpx.get(_servers[family] + "/v1/models").json()["data"][0]["max_model_len"] == rec["max_model_len"]
     return _servers[family]
 
 

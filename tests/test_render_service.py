@@ -247,3 +247,23 @@ def test_request_ids_are_random_unique_and_new_in_a_forked_child():
         os._exit(0)
     os.waitpid(pid, 0)
     assert os.read(read, 16).decode() != new_request_id()
+
+
+@pytest.mark.skipif(not __import__("conftest").MODELS.is_dir(), reason="../shared (real model dirs) not present")
+def test_context_length_is_what_transformers_reads_from_every_model_config():
+    """vLLM reads config.json through transformers: a key the file leaves out takes the config
+    class's default (Gemma 3: 131072, where we said 8192), and max_model_len's default with it."""
+    transformers = pytest.importorskip("transformers")
+    from conftest import MODELS
+    from render_service.model import load_model
+
+    checked = 0
+    for model_dir in sorted(MODELS.iterdir()):
+        if not (model_dir / "config.json").is_file() or "auto_map" in (model_dir / "config.json").read_text():
+            continue  # no config, or one only its own code reads (MiniCPM-V)
+        config = transformers.AutoConfig.from_pretrained(model_dir)
+        text = getattr(config, "text_config", None) or config
+        expected = getattr(config, "max_position_embeddings", None) or getattr(text, "max_position_embeddings")
+        assert load_model(str(model_dir)).max_model_len == expected, model_dir.name
+        checked += 1
+    assert checked >= 4

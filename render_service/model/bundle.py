@@ -34,6 +34,11 @@ _TOKENIZER_FILES = (
 )
 _SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
 _DEFAULT_MAX_MODEL_LEN = 8192
+CONFIG_CLASS_MAX_POSITIONS = {"gemma3": 131072, "gemma3_text": 131072}
+"""``max_position_embeddings`` of transformers' config classes for model types whose
+``config.json`` leaves it out (Gemma 3's: ``Gemma3TextConfig``'s default). vLLM reads the config
+through transformers, so the class default is its context length (recorded: 131072), not ours
+(8192). tests/test_render_service.py checks every model directory against transformers."""
 
 
 class ModelLoadError(RuntimeError):
@@ -247,6 +252,8 @@ def _from_dir(path: Path) -> dict[str, Any]:
         model_config.get("max_position_embeddings")
         or text_config.get("max_position_embeddings")
         or model_config.get("max_sequence_length")
+        or CONFIG_CLASS_MAX_POSITIONS.get(text_config.get("model_type"))
+        or CONFIG_CLASS_MAX_POSITIONS.get(model_config.get("model_type"))
     )
     if not max_len:
         tml = config.get("model_max_length")
