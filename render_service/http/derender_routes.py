@@ -55,7 +55,9 @@ def routes(ctx: AppContext) -> list[Route]:
     """The derender routes for ``ctx.bundle``."""
     d = Derenderer(ctx.bundle, ctx.config)
 
-    def endpoint(plain: tuple[type, Callable], streamed: tuple[type, Callable]) -> Callable:
+    def endpoint(path: str, plain: tuple[type, Callable], streamed: tuple[type, Callable]) -> Callable:
+        chunks = ctx.metrics.derender_chunks.labels(path)  # the route's counter, looked up once
+
         async def handle(request: Request) -> JSONResponse:
             try:
                 body = await read_json(request, ctx.config.max_body_bytes)
@@ -66,7 +68,7 @@ def routes(ctx: AppContext) -> list[Route]:
                 inline = size.isdigit() and int(size) <= INLINE_BODY_BYTES and _token_count(body) < INLINE_TOKENS
                 result = fn(req) if inline else await ctx.run_cpu(fn, req)
                 if model is streamed[0]:
-                    ctx.metrics.derender_chunks.labels(request.scope["path"]).inc()
+                    chunks.inc()
                 return JSONResponse(result)
             except OpenAIError as err:
                 return error_response(err)
@@ -75,12 +77,12 @@ def routes(ctx: AppContext) -> list[Route]:
                 return error_response(OpenAIError(500, "Internal error while derendering."))
         return handle
 
-    chat = endpoint((DerenderChatRequest, d.chat), (DerenderChatStreamRequest, d.chat_stream))
-    completion = endpoint((DerenderCompletionRequest, d.completion), (DerenderCompletionStreamRequest, d.completion_stream))
+    chat = ((DerenderChatRequest, d.chat), (DerenderChatStreamRequest, d.chat_stream))
+    completion = ((DerenderCompletionRequest, d.completion), (DerenderCompletionStreamRequest, d.completion_stream))
     return [
-        Route(DOORS["chat"].derender_path, chat, methods=["POST"]),
-        Route("/derender", chat, methods=["POST"]),
-        Route(DOORS["completion"].derender_path, completion, methods=["POST"]),
+        *(Route(path, endpoint(path, *chat), methods=["POST"]) for path in (DOORS["chat"].derender_path, "/derender")),
+        Route(DOORS["completion"].derender_path, endpoint(DOORS["completion"].derender_path, *completion),
+              methods=["POST"]),
         Route(DOORS["chat"].derender_path + "/pipe", PipeEndpoint(ctx, d, "chat"), methods=["POST"]),
         Route(DOORS["completion"].derender_path + "/pipe", PipeEndpoint(ctx, d, "completion"), methods=["POST"]),
     ]
