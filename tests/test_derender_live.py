@@ -96,3 +96,15 @@ def test_kept_sessions_are_bounded():
     assert live.take({"v": 1, "fp": "f", "s": "{}", "mac": "4"}, "completion", ()) is None  # another route family
     assert live.take({"v": 1, "fp": "f", "s": "{}", "mac": "3"}, "chat", ()) is not None
     assert len(live) == 0  # both were taken: a miss on the wrong family drops the entry too
+
+
+def test_kept_state_is_bounded_in_size(monkeypatch):
+    from render_service.derender import live as live_mod
+
+    monkeypatch.setattr(live_mod, "MAX_KEPT_TOTAL_CHARS", 250)
+    live = LiveStreams(100)
+    for n in range(5):
+        live.put({"v": 1, "fp": "f", "s": "x" * 100, "mac": str(n)}, "chat", object(), ())
+    assert len(live) == 2  # 200 characters kept, the three oldest dropped
+    live.put({"v": 1, "fp": "f", "s": "x" * (live_mod.MAX_KEPT_STATE_CHARS + 1), "mac": "big"}, "chat", object(), ())
+    assert len(live) == 2

@@ -24,9 +24,10 @@ Exact by construction:
   the parsers' and derender's restore tests check for every family and chunking (the pipe
   route keeps sessions live for a whole connection on the same ground).
 
-Bounded: at most ``capacity`` entries (least recently stored dropped first), and a session
-whose sealed state exceeds `MAX_KEPT_STATE_CHARS` is not kept. Thread-safe (the CPU pool runs
-derender calls in threads).
+Bounded: at most ``capacity`` entries and `MAX_KEPT_TOTAL_CHARS` of sealed state among them
+(least recently stored dropped first; the live objects hold about as much again), and a
+session whose sealed state exceeds `MAX_KEPT_STATE_CHARS` is not kept. Thread-safe (the CPU
+pool runs derender calls in threads).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ DEFAULT_CAPACITY = 1024
 rebuilt from its state (correct, only slower)."""
 MAX_KEPT_STATE_CHARS = 256 * 1024
 """Sessions whose sealed payload is longer than this are not kept (bounds the memory held)."""
+MAX_KEPT_TOTAL_CHARS = 16 * 1024 * 1024
+"""Most sealed-payload characters kept over all entries (a typical stream's is 0.1-5 KB)."""
 
 
 class LiveStreams:
@@ -54,6 +57,7 @@ class LiveStreams:
         self._entries: OrderedDict[str, tuple[dict, str, Any, tuple]] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0  # requests served by a kept session (the rest were rebuilt from their state)
+        self._chars = 0  # sealed-payload characters kept
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -69,8 +73,9 @@ class LiveStreams:
             return None
         with self._lock:
             entry = self._entries.pop(mac, None)
-        if entry is None:
-            return None
+            if entry is None:
+                return None
+            self._chars -= len(entry[0]["s"])
         sealed, issuer, session, made_from = entry
         if issuer != api or state != sealed or inputs != made_from:
             return None
@@ -82,9 +87,13 @@ class LiveStreams:
         if not self.capacity or len(sealed["s"]) > MAX_KEPT_STATE_CHARS:
             return
         with self._lock:
+            old = self._entries.pop(sealed["mac"], None)
+            if old is not None:
+                self._chars -= len(old[0]["s"])
             self._entries[sealed["mac"]] = (sealed, api, session, inputs)
-            while len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
+            self._chars += len(sealed["s"])
+            while len(self._entries) > self.capacity or self._chars > MAX_KEPT_TOTAL_CHARS:
+                self._chars -= len(self._entries.popitem(last=False)[1][0]["s"])
 
 
-__all__ = ["LiveStreams", "DEFAULT_CAPACITY", "MAX_KEPT_STATE_CHARS"]
+__all__ = ["LiveStreams", "DEFAULT_CAPACITY", "MAX_KEPT_STATE_CHARS", "MAX_KEPT_TOTAL_CHARS"]
