@@ -108,3 +108,19 @@ def test_kept_state_is_bounded_in_size(monkeypatch):
     assert len(live) == 2  # 200 characters kept, the three oldest dropped
     live.put({"v": 1, "fp": "f", "s": "x" * (live_mod.MAX_KEPT_STATE_CHARS + 1), "mac": "big"}, "chat", object(), ())
     assert len(live) == 2
+
+
+def test_a_kept_session_still_checks_a_changed_prompt(qwen):
+    from render_service.errors import OpenAIError
+
+    bundle, cfg, ids = qwen
+    kept = Derenderer(bundle, cfg)
+    state = None
+    for k in range(3):
+        state = call(kept, body([ids[k]], False, state))["stream_state"]
+    bad = {**body([ids[3]], False, state), "prompt_token_ids": [151644, 10**7]}
+    with pytest.raises(OpenAIError) as err:
+        call(kept, bad)
+    assert err.value.status == 400 and err.value.param == "prompt_token_ids"
+    assert kept.live.hits == 3 and len(kept.live) == 0  # taken, failed, not kept: a retry rebuilds from the state
+    assert call(kept, body([ids[3]], False, state))["chunk"]["choices"][0]["index"] == 0

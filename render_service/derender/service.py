@@ -186,8 +186,9 @@ class Derenderer:
         """``inputs``: the validated request fields ``make_plan`` reads (a live session's plan
         is reused only for equal ones, `live.LiveStreams`)."""
         gen: GenerateResponse = req.generate_chunk
-        self.check_prompt(req.prompt_token_ids, "prompt_token_ids")
         session = self.live.take(req.stream_state, api, inputs) if req.stream_state is not None else None
+        if session is None or req.prompt_token_ids != session.prompt:  # a live session's prompt passed already
+            self.check_prompt(req.prompt_token_ids, "prompt_token_ids")
         if session is not None:
             session.resume(req.prompt_token_ids)
         else:
