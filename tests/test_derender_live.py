@@ -62,6 +62,7 @@ def test_a_kept_session_answers_as_one_rebuilt_from_its_state(qwen):
         state = mine["stream_state"]
         calls += mine["chunk"]["choices"][0]["delta"].get("tool_calls") or []
     assert kept.live.hits == len(ids) - 1 and rebuilt.live.hits == 0
+    assert len(kept.live) == 0  # the finished stream is not kept
     assert [(c["function"]["name"], orjson.loads(c["function"]["arguments"])) for c in calls] == \
         [("write_file", {"path": "src/loader.py", "content": "def load(p):\n    return open(p).read()  # 中文 😀\n"})]
 

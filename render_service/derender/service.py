@@ -208,7 +208,8 @@ class Derenderer:
             state = self.codec.seal(session.payload(), api)
         except ValueError as exc:
             raise bad_request(f"Cannot continue this stream statelessly: {exc}.", "generate_chunk") from None
-        self.live.put(state, api, session, inputs)
+        if not session.finished:  # a finished stream is not continued (a retry is rebuilt from its state)
+            self.live.put(state, api, session, inputs)
         return {"chunk": chunk, "stream_state": state}
 
 
@@ -246,6 +247,11 @@ class StreamSession:
         what a session rebuilt from its own exported state would hold for that request."""
         self.prompt, self.rid = prompt, ""
         self.restored = set(self.live) | set(self.states)
+
+    @property
+    def finished(self) -> bool:
+        """Every choice seen so far has finished (none waits in ``states``)."""
+        return not self.states and all(cs.done for cs in self.live.values())
 
     def payload(self) -> dict:
         ch = dict(self.states)
