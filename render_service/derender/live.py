@@ -24,7 +24,8 @@ Exact by construction:
   the parsers' and derender's restore tests check for every family and chunking (the pipe
   route keeps sessions live for a whole connection on the same ground).
 
-Bounded: at most ``capacity`` entries and `MAX_KEPT_TOTAL_CHARS` of sealed state among them
+A stream whose every choice has finished is not kept (the caller decides: nothing continues
+it). Bounded: at most ``capacity`` entries and `MAX_KEPT_TOTAL_CHARS` of sealed state among them
 (least recently stored dropped first; the live objects hold about as much again), and a
 session whose sealed state exceeds `MAX_KEPT_STATE_CHARS` is not kept. Thread-safe (the CPU
 pool runs derender calls in threads).
