@@ -206,7 +206,8 @@ class OutputParser:
     # -- state ------------------------------------------------------------------------
     def export_state(self) -> dict:
         """Small JSON-able dict; see the module docstring."""
-        state = {"v": STATE_VERSION, "calls": self.calls.export(), "stage": self.stage.export(),
+        stage = self.stage.export()
+        state = {"v": STATE_VERSION, "calls": self.calls.export(_raw(stage)), "stage": stage,
                  "reasoning": self.reasoning.export() if self.reasoning else None,
                  "finished": self.finished}
         if self.stop is not None:
@@ -223,7 +224,7 @@ class OutputParser:
                 raise ValueError(f"parser state version {state.get('v')!r} != {STATE_VERSION}")
             if (state["reasoning"] is None) != (parser.reasoning is None):
                 raise ValueError("parser state does not match the spec's reasoning parser")
-            parser.calls.load(state["calls"])
+            parser.calls.load(state["calls"], _raw(state["stage"]))
             parser.stage.load(state["stage"])
             if parser.reasoning is not None:
                 parser.reasoning.load(state["reasoning"])
@@ -233,6 +234,13 @@ class OutputParser:
         except (KeyError, TypeError, IndexError, AttributeError) as exc:
             raise ValueError(f"damaged parser state: {exc!r}") from None
         return parser
+
+
+def _raw(stage_state) -> str:
+    """The raw text of an open call in an exported stage (the framing machine's; ``""`` for
+    stages that keep none): `Calls` exports the call's held arguments as a slice of it."""
+    raw = stage_state.get("raw") if isinstance(stage_state, dict) else None
+    return raw if isinstance(raw, str) else ""
 
 
 def merge_events(events: list[Event]) -> list[Event]:

@@ -14,6 +14,13 @@ an end that is not complete (the output was cut off by ``max_tokens`` inside the
 its JSON broke) discards them and raises ``cut``: the stage that owns the call gives the
 call's raw text back as content, streamed or not — what vLLM's whole answers do, and
 what a client can act on (never a ``tool_calls`` entry with broken JSON arguments).
+
+The held events are the call's start and its arguments text so far (kept as pieces, one
+``ToolCallArguments`` when released: a client sees the same string). A stateless stream
+carries them from chunk to chunk, so their exported form costs O(1) Python work per chunk
+whatever the call's length, and the arguments text — a stretch of the raw call text the
+framing machine carries anyway — is exported as a ``[start, end]`` slice of that text
+when it is one (``export(raw)``), not a second copy.
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ class Calls:
     """Tool-call counter + event writer. ``out`` holds the events written since the stage
     that owns this object last took them (:meth:`take`); the stage returns them."""
 
-    __slots__ = ("tools", "names", "index", "open", "name", "boundary", "out", "held", "cut", "_schemas")
+    __slots__ = ("tools", "names", "index", "open", "name", "boundary", "out", "start_event", "arg_parts", "cut",
+                 "_schemas")
 
     def __init__(self, tools: list[dict] | None, names: list[str] | None) -> None:
         self.tools = tools
@@ -38,7 +46,8 @@ class Calls:
         self.name = ""          # name of the open call
         self.boundary = False
         self.out: list[Event] = []
-        self.held: list[Event] = []  # events of the open call, released when it completes
+        self.start_event: ToolCallStart | None = None  # the open call's start, held until it completes
+        self.arg_parts: list[str] = []  # its arguments text so far, in pieces (see `held`)
         self.cut = False        # the last call ended not complete: its raw text is content
         self._schemas: dict[str, dict[str, ParamSchema]] = {}
 
@@ -64,6 +73,17 @@ class Calls:
             self._schemas[name] = param_schemas(self.tools, name)
         return self._schemas[name]
 
+    @property
+    def held(self) -> list[Event]:
+        """The open call's events, as they will be released when it completes: its start and
+        one arguments event with all its text so far (``[]`` when no call is open)."""
+        events: list[Event] = [] if self.start_event is None else [self.start_event]
+        if self.arg_parts:
+            text = "".join(self.arg_parts)
+            self.arg_parts = [text]
+            events.append(ToolCallArguments(self.index, text))
+        return events
+
     def take(self) -> list[Event]:
         """The events written since the last call (and forget them)."""
         out, self.out = self.out, []
@@ -71,7 +91,8 @@ class Calls:
 
     def start(self, name: str, id: str | None = None) -> None:
         assert not self.open
-        self.held = [ToolCallStart(self.index, name, id)]
+        self.start_event = ToolCallStart(self.index, name, id)
+        self.arg_parts = []
         self.open = True
         self.cut = False
         self.name = name
@@ -79,7 +100,7 @@ class Calls:
 
     def args(self, text: str) -> None:
         if text:
-            self.held.append(ToolCallArguments(self.index, text))
+            self.arg_parts.append(text)
 
     def end(self, complete: bool = True) -> None:
         """End the open call. Complete: its events are released. Not complete (cut off, or
@@ -92,7 +113,7 @@ class Calls:
             self.index += 1
         else:
             self.cut = True
-        self.held = []
+        self.start_event, self.arg_parts = None, []
         self.open = False
         self.boundary = True
 
@@ -101,24 +122,38 @@ class Calls:
         cut, self.cut = self.cut, False
         return cut
 
-    def export(self) -> list:
-        return [self.index, self.open, self.name, [_export_event(e) for e in self.held], self.cut]
+    def export(self, raw: str = "") -> list:
+        """Plain data: ``[index, open, name, held, cut]``; ``held`` is ``[[name, id], args]``
+        for an open call, where ``args`` is ``[text]``, or ``[start, end]`` when the text is
+        ``raw[start:end]`` (``raw``: the owner's exported raw text of the open call)."""
+        held: list = []
+        for ev in self.held:
+            if isinstance(ev, ToolCallStart):
+                held.append([ev.name, ev.id])
+            else:
+                at = raw.find(ev.text) if raw else -1
+                held.append([at, at + len(ev.text)] if at >= 0 else [ev.text])
+        return [self.index, self.open, self.name, held, self.cut]
 
-    def load(self, data: list) -> None:
+    def load(self, data: list, raw: str = "") -> None:
+        """Inverse of `export` (``raw``: the same text ``export`` was given). Raises
+        TypeError/IndexError for damaged data (a slice outside ``raw``)."""
         self.index, self.open, self.name = data[:3]
-        self.held = [_load_event(e, self.index) for e in data[3]] if len(data) > 3 else []
+        self.start_event, self.arg_parts = None, []
+        for item in (data[3] if len(data) > 3 else []):
+            if len(item) == 2 and type(item[0]) is str:  # the call's start
+                self.start_event = ToolCallStart(self.index, item[0], item[1])
+            elif len(item) == 2:  # its arguments, a slice of the raw text
+                start, end = item
+                if type(start) is not int or type(end) is not int or not 0 <= start <= end <= len(raw):
+                    raise IndexError("held arguments outside the raw text")
+                self.arg_parts.append(raw[start:end])
+            else:
+                text = item[0]
+                if type(text) is not str:
+                    raise TypeError("held arguments are not text")
+                self.arg_parts.append(text)
         self.cut = bool(data[4]) if len(data) > 4 else False
-
-
-def _export_event(ev: Event) -> list:
-    """A held event (a call's start or an arguments piece) as plain data."""
-    if isinstance(ev, ToolCallStart):
-        return [ev.name, ev.id]
-    return [ev.text]
-
-
-def _load_event(data: list, index: int) -> Event:
-    return ToolCallStart(index, data[0], data[1]) if len(data) == 2 else ToolCallArguments(index, data[0])
 
 
 class Status(StrEnum):

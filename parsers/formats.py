@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from .framing import FRAMINGS, NONE, Framing
 
@@ -122,17 +123,17 @@ class ToolFormat:
     detect: tuple[tuple[str, ...], ...] = ()  # template needles for ``auto`` (parsers.detect)
     families: str = ""           # human-readable model families (for SUPPORTED.md)
 
-    @property
+    @cached_property  # derived from the frozen row: computed once per row, not per parser
     def content_framing(self) -> Framing:
         """Everything this row removes from content: its ``drop`` markers and its framing."""
         return Framing(self.drop) + self.framing
 
-    @property
+    @cached_property
     def all_text_markers(self) -> tuple[str, ...]:
         """:attr:`text_markers` of this row and of its other ``spellings``."""
         return self.text_markers + tuple(m for row in self.spellings for m in row.text_markers)
 
-    @property
+    @cached_property
     def text_markers(self) -> tuple[str, ...]:
         """Markers that leave plain content: section begins, and call begins where allowed.
         They mean "a tool call starts here", so they also end reasoning for some families."""

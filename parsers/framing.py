@@ -22,6 +22,7 @@ itself, :mod:`parsers.tools`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .calls import Calls
 from .events import Content, Event
@@ -37,7 +38,12 @@ class Framing:
     stop: tuple[str, ...] = ()
 
     def __add__(self, other: "Framing") -> "Framing":
-        return Framing(_union(self.drop, other.drop), _union(self.blocks, other.blocks), _union(self.stop, other.stop))
+        return _sum(self, other)
+
+
+@lru_cache(maxsize=256)  # a handful of rows: each parser would otherwise rebuild the same sum
+def _sum(a: Framing, b: Framing) -> Framing:
+    return Framing(_union(a.drop, b.drop), _union(a.blocks, b.blocks), _union(a.stop, b.stop))
 
 
 def _union(a: tuple, b: tuple) -> tuple:

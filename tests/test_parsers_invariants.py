@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from parsers import formats, reasoning, registry
 from parsers.framing import NONE
-from parsers.api import ParserSpec, create_parser, message_from_events, parse_complete
+from parsers.api import OutputParser, ParserSpec, create_parser, message_from_events, parse_complete
 from parsers_fixtures.helpers import (assert_chunking_invariant, assert_restore_invariant, check_call_events,
                                       coalesce, run, run_restoring)
 from parsers_fixtures.samples import EXPECTED, SAMPLES, TOOLS
@@ -180,6 +180,22 @@ def test_state_does_not_grow_with_emitted_text(spec, head, body):
     for _ in range(20):
         parser.feed("plain text after the call ")
     assert _state_len(parser) == after < 600
+
+
+def test_an_open_json_call_carries_its_text_once():
+    """A hermes call's held arguments are a stretch of the raw call text the state carries
+    anyway: exported as a slice of it, not a second copy, and resumed to the same call."""
+    spec = ParserSpec(tool="hermes")
+    head, body = '<tool_call>\n{"name": "search", "arguments": {"query": "', "long value " * 200
+    parser = create_parser(spec)
+    parser.feed(head)
+    parser.feed(body)
+    assert parser.calls.open
+    assert len(body) < _state_len(parser) < len(body) + 600
+    resumed = OutputParser.restore(spec, json.loads(json.dumps(parser.export_state())))
+    events = resumed.feed('"}}\n</tool_call>') + resumed.finish()
+    assert [(c.name, json.loads(c.arguments)) for c in message_from_events(events).tool_calls] == \
+        [("search", {"query": body})]
 
 
 def test_state_grows_only_with_undecided_text():

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..serve.config import ServeConfig
 from ..errors import OpenAIError, bad_request
@@ -30,6 +30,7 @@ from .plan import MAX_CHOICES, Plan, chat_plan, completion_plan
 from ..wire.derender import (DerenderChatRequest, DerenderChatStreamRequest, DerenderCompletionRequest,
                              DerenderCompletionStreamRequest)
 from ..wire.generate import GenChoice, GenerateResponse
+from .live import LiveStreams
 from .state import StateCodec
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class Derenderer:
         self.config = config
         self.tok = bundle.tokenizer
         self.codec = StateCodec(bundle.fingerprint, config.stream_state_secret)
+        self.live = LiveStreams()
 
     # -- checks ----------------------------------------------------------------------
     def model_name(self, model: str | None) -> str:
@@ -171,32 +173,43 @@ class Derenderer:
     # -- stateless streaming ---------------------------------------------------------
     def chat_stream(self, req: DerenderChatStreamRequest) -> dict:
         """One generate chunk → ``{"chunk": chat.completion.chunk, "stream_state": …}``."""
-        plan = chat_plan(self.bundle, self.config, req.chat_request, req.parse_context, req.sampling_params)
-        return self._stream(plan, req, "chat")
+        return self._stream(req, "chat", (req.chat_request, req.parse_context, req.sampling_params),
+                            lambda: chat_plan(self.bundle, self.config, req.chat_request, req.parse_context,
+                                              req.sampling_params))
 
     def completion_stream(self, req: DerenderCompletionStreamRequest) -> dict:
         """One generate chunk → ``{"chunk": text_completion chunk, "stream_state": …}``."""
-        plan = completion_plan(self.bundle, req.completion_request, req.sampling_params)
-        return self._stream(plan, req, "completion")
+        return self._stream(req, "completion", (req.completion_request, req.sampling_params),
+                            lambda: completion_plan(self.bundle, req.completion_request, req.sampling_params))
 
-    def _stream(self, plan: Plan, req: Any, api: str) -> dict:
+    def _stream(self, req: Any, api: str, inputs: tuple, make_plan: Callable[[], Plan]) -> dict:
+        """``inputs``: the validated request fields ``make_plan`` reads (a live session's plan
+        is reused only for equal ones, `live.LiveStreams`)."""
         gen: GenerateResponse = req.generate_chunk
-        self.check_prompt(req.prompt_token_ids, "prompt_token_ids")
-        if req.stream_state is None:
-            payload: dict = {"c": int(time.time()), "pl": len(req.prompt_token_ids or []), "ch": {}}
+        session = self.live.take(req.stream_state, api, inputs) if req.stream_state is not None else None
+        if session is None or req.prompt_token_ids != session.prompt:  # a live session's prompt passed already
+            self.check_prompt(req.prompt_token_ids, "prompt_token_ids")
+        if session is not None:
+            session.resume(req.prompt_token_ids)
         else:
-            try:
-                payload = self.codec.open(req.stream_state, api)
-                _check_payload(payload, self.bundle.max_model_len)
-            except ValueError as exc:
-                raise bad_request(f"Invalid stream_state: {exc}", "stream_state") from None
-        session = StreamSession(self, plan, req.prompt_token_ids, payload)
+            plan = make_plan()
+            if req.stream_state is None:
+                payload: dict = {"c": int(time.time()), "pl": len(req.prompt_token_ids or []), "ch": {}}
+            else:
+                try:
+                    payload = self.codec.open(req.stream_state, api)
+                    _check_payload(payload, self.bundle.max_model_len)
+                except ValueError as exc:
+                    raise bad_request(f"Invalid stream_state: {exc}", "stream_state") from None
+            session = StreamSession(self, plan, req.prompt_token_ids, payload)
         choices = session.step(gen, streaming_keep_empty=True)
         chunk = session.chunk(gen, choices, self.model_name(req.model), req.prompt_tokens)
         try:
             state = self.codec.seal(session.payload(), api)
         except ValueError as exc:
             raise bad_request(f"Cannot continue this stream statelessly: {exc}.", "generate_chunk") from None
+        if not session.finished:  # a finished stream is not continued (a retry is rebuilt from its state)
+            self.live.put(state, api, session, inputs)
         return {"chunk": chunk, "stream_state": state}
 
 
@@ -228,6 +241,17 @@ class StreamSession:
         self.live: dict[str, ChoiceStream] = {}
         self.restored: set[str] = set()  # choices rebuilt from a client's state
         self.rid = ""
+
+    def resume(self, prompt: list[int] | None) -> None:
+        """Continue this live session with the next stateless request (`live.LiveStreams`):
+        what a session rebuilt from its own exported state would hold for that request."""
+        self.prompt, self.rid = prompt, ""
+        self.restored = set(self.live) | set(self.states)
+
+    @property
+    def finished(self) -> bool:
+        """Every choice seen so far has finished (none waits in ``states``)."""
+        return not self.states and all(cs.done for cs in self.live.values())
 
     def payload(self) -> dict:
         ch = dict(self.states)

@@ -102,9 +102,13 @@ class StateCodec:
         self.fp = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
         material = b"render-service stream_state\0" + (secret or _PROCESS_SECRET).encode() + b"\0" + fingerprint.encode()
         self._key = hashlib.sha256(material).digest()
+        # the keyed hash after the fixed "v|fp|" prefix: each MAC copies it (no key schedule per call)
+        self._keyed = hmac.new(self._key, f"{VERSION}|{self.fp}|".encode(), hashlib.sha256)
 
     def _mac(self, s: str) -> str:
-        return hmac.new(self._key, f"{VERSION}|{self.fp}|{s}".encode(), hashlib.sha256).hexdigest()[:32]
+        h = self._keyed.copy()
+        h.update(s.encode())
+        return h.hexdigest()[:32]
 
     def seal(self, payload: dict, api: str | None = None) -> dict:
         """Wrap ``payload`` (plain JSON data) into the wire object; ``api`` (a key of `ROUTES`)

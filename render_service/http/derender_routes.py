@@ -30,8 +30,9 @@ from .responder import Responder
 from ..derender.service import Derenderer
 from ..errors import OpenAIError, bad_request
 from ..doors import DOORS
-from ..wire.derender import (DerenderChatRequest, DerenderChatStreamRequest, DerenderCompletionRequest,
-                             DerenderCompletionStreamRequest, PipeHeader)
+from ..derender.known import KnownFields
+from ..wire.derender import (ChatRequestFields, DerenderChatRequest, DerenderChatStreamRequest,
+                             DerenderCompletionRequest, DerenderCompletionStreamRequest, PipeHeader)
 from .admission import refusal_headers
 from .common import AppContext, JSONResponse, error_response, read_json, validate
 
@@ -55,18 +56,21 @@ def routes(ctx: AppContext) -> list[Route]:
     """The derender routes for ``ctx.bundle``."""
     d = Derenderer(ctx.bundle, ctx.config)
 
-    def endpoint(plain: tuple[type, Callable], streamed: tuple[type, Callable]) -> Callable:
+    def endpoint(path: str, known: KnownFields, plain: tuple[type, Callable],
+                 streamed: tuple[type, Callable]) -> Callable:
+        chunks = ctx.metrics.derender_chunks.labels(path)  # the route's counter, looked up once
+
         async def handle(request: Request) -> JSONResponse:
             try:
                 body = await read_json(request, ctx.config.max_body_bytes)
                 model, fn = streamed if isinstance(body, dict) and body.get("stream") is True else plain
-                req = validate(model, body)
+                req = known.validate(model, body)
                 ctx.check_model(req.model)
                 size = request.headers.get("content-length", "")
                 inline = size.isdigit() and int(size) <= INLINE_BODY_BYTES and _token_count(body) < INLINE_TOKENS
                 result = fn(req) if inline else await ctx.run_cpu(fn, req)
                 if model is streamed[0]:
-                    ctx.metrics.derender_chunks.labels(request.scope["path"]).inc()
+                    chunks.inc()
                 return JSONResponse(result)
             except OpenAIError as err:
                 return error_response(err)
@@ -75,12 +79,15 @@ def routes(ctx: AppContext) -> list[Route]:
                 return error_response(OpenAIError(500, "Internal error while derendering."))
         return handle
 
-    chat = endpoint((DerenderChatRequest, d.chat), (DerenderChatStreamRequest, d.chat_stream))
-    completion = endpoint((DerenderCompletionRequest, d.completion), (DerenderCompletionStreamRequest, d.completion_stream))
+    # a stream's chat_request / completion_request comes with every chunk: validated once (derender.known)
+    chat = (KnownFields("chat_request", ChatRequestFields), (DerenderChatRequest, d.chat),
+            (DerenderChatStreamRequest, d.chat_stream))
+    completion = (KnownFields("completion_request", ChatRequestFields), (DerenderCompletionRequest, d.completion),
+                  (DerenderCompletionStreamRequest, d.completion_stream))
     return [
-        Route(DOORS["chat"].derender_path, chat, methods=["POST"]),
-        Route("/derender", chat, methods=["POST"]),
-        Route(DOORS["completion"].derender_path, completion, methods=["POST"]),
+        *(Route(path, endpoint(path, *chat), methods=["POST"]) for path in (DOORS["chat"].derender_path, "/derender")),
+        Route(DOORS["completion"].derender_path, endpoint(DOORS["completion"].derender_path, *completion),
+              methods=["POST"]),
         Route(DOORS["chat"].derender_path + "/pipe", PipeEndpoint(ctx, d, "chat"), methods=["POST"]),
         Route(DOORS["completion"].derender_path + "/pipe", PipeEndpoint(ctx, d, "completion"), methods=["POST"]),
     ]
