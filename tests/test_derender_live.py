@@ -125,3 +125,35 @@ def test_a_kept_session_still_checks_a_changed_prompt(qwen):
     assert err.value.status == 400 and err.value.param == "prompt_token_ids"
     assert kept.live.hits == 3 and len(kept.live) == 0  # taken, failed, not kept: a retry rebuilds from the state
     assert call(kept, body([ids[3]], False, state))["chunk"]["choices"][0]["index"] == 0
+
+
+def test_kept_sessions_and_known_fields_are_counted_in_metrics():
+    """Over HTTP: a stream's chunks after the first continue on the kept session and reuse the
+    validated chat_request; /metrics says how often (an operator sees whether the router keeps
+    a stream on one replica)."""
+    import re
+
+    import httpx
+
+    from conftest import MODELS, render_server
+
+    with render_server(model=str(MODELS / "qwen3"), reasoning_parser="qwen3", tool_call_parser="hermes",
+                       enable_auto_tool_choice=True) as url:
+        bundle, _ = qwen3_hermes()
+        ids = bundle.tokenizer.encode(OUTPUT)[:12]
+        state = None
+        with httpx.Client(base_url=url, timeout=30) as client:
+            for k, token in enumerate(ids):
+                r = client.post("/v1/chat/completions/derender", json=body([token], k == len(ids) - 1, state))
+                assert r.status_code == 200, r.text
+                state = r.json()["stream_state"]
+            text = client.get("/metrics").text
+
+    def value(series: str) -> float:
+        found = re.search(rf"^{re.escape(series)} (\S+)$", text, re.M)
+        assert found, series
+        return float(found.group(1))
+
+    assert value("render_service_derender_live_continued_total") == len(ids) - 1
+    assert value('render_service_derender_known_fields_hits_total{field="chat_request"}') == len(ids) - 1
+    assert value("render_service_derender_live_streams") == 0  # the stream finished

@@ -84,6 +84,7 @@ def routes(ctx: AppContext) -> list[Route]:
             (DerenderChatStreamRequest, d.chat_stream))
     completion = (KnownFields("completion_request", ChatRequestFields), (DerenderCompletionRequest, d.completion),
                   (DerenderCompletionStreamRequest, d.completion_stream))
+    ctx.metrics.add_collector(_KeptStateCollector(d.live, (chat[0], completion[0])))
     return [
         *(Route(path, endpoint(path, *chat), methods=["POST"]) for path in (DOORS["chat"].derender_path, "/derender")),
         Route(DOORS["completion"].derender_path, endpoint(DOORS["completion"].derender_path, *completion),
@@ -91,6 +92,28 @@ def routes(ctx: AppContext) -> list[Route]:
         Route(DOORS["chat"].derender_path + "/pipe", PipeEndpoint(ctx, d, "chat"), methods=["POST"]),
         Route(DOORS["completion"].derender_path + "/pipe", PipeEndpoint(ctx, d, "completion"), methods=["POST"]),
     ]
+
+
+class _KeptStateCollector:
+    """/metrics: how often a stream's chunk continued on a kept session (`derender.live`) and
+    its request fields were already validated (`derender.known`), read at scrape time."""
+
+    def __init__(self, live: Any, known: tuple[KnownFields, ...]) -> None:
+        self.live, self.known = live, known
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        continued = CounterMetricFamily("render_service_derender_live_continued",
+                                        "Streamed derender chunks continued on this process's kept session")
+        continued.add_metric([], self.live.hits)
+        kept = GaugeMetricFamily("render_service_derender_live_streams", "Streams kept live for their next chunk")
+        kept.add_metric([], len(self.live))
+        known = CounterMetricFamily("render_service_derender_known_fields_hits",
+                                    "Streamed chunks whose request fields were validated before", labels=["field"])
+        for fields in self.known:
+            known.add_metric([fields.field], fields.hits)
+        yield from (continued, kept, known)
 
 
 class PipeEndpoint:
