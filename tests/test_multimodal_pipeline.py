@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pytest
 
 from render_service.errors import OpenAIError
@@ -69,7 +70,9 @@ def run(renderer: MultimodalRenderer, request: dict, token_ids: list[int]):
     async def go():
         items = await renderer.load(media_parts(record.resolve(request)), payload)
         return renderer.expand(token_ids, items, payload)
-    return asyncio.run(go())
+    ids, features = asyncio.run(go())
+    # as the answer carries them: the payloads are JSON fragments that only orjson serializes
+    return ids, orjson.loads(orjson.dumps(features))
 
 
 def assert_payload_equal(ours: dict, vllm: dict) -> None:

@@ -10,9 +10,16 @@ Format (vLLM 0.33 ``v1/serial_utils.MsgpackEncoder`` with every tensor inline, a
 Fields appear in the processor's order, which is vLLM's item order (image: grid, pixels;
 video: pixels, grid, seconds per grid). msgspec (the library vLLM encodes
 with) produces the same bytes.
+
+The answer carries each encoding as a JSON string. `encode_item_json` makes that string token
+once (quotes included, base64 never needs escaping) so the processor cache can keep it and
+every answer splices it in as an ``orjson.Fragment``: a repeated image costs one copy of its
+bytes into the response, not an encode, nor a scan of megabytes of base64 by the serializer.
 """
 
 from __future__ import annotations
+
+import threading
 
 import msgspec
 import numpy as np
@@ -22,6 +29,8 @@ from .items import Field, ProcessedItem
 
 _RAW_VIEW = 3   # vLLM's CUSTOM_TYPE_RAW_VIEW extension code
 _encoder = msgspec.msgpack.Encoder()
+_SCRATCH_MAX = 64 << 20   # bytes: msgpack payloads up to this size are built in a per-thread reused buffer
+_local = threading.local()
 
 
 def bfloat16_bits(data: np.ndarray) -> np.ndarray:
@@ -54,16 +63,37 @@ def _descriptor(f: Field) -> list:
     return [f.kind, {"keep_on_cpu": f.keep_on_cpu}]
 
 
+def _msgpack(item: ProcessedItem, metadata_only: bool) -> bytearray | bytes | None:
+    """The item's msgpack bytes (for tensors, this thread's scratch buffer: use it before the next call)."""
+    fields = {name: f for name, f in item.fields.items() if not metadata_only or f.keep_on_cpu or f.metadata}
+    if not fields:
+        return None
+    payload = {name: {"data": _tensor(f), "field": _descriptor(f)} for name, f in fields.items()}
+    if metadata_only:   # a few dozen bytes
+        return _encoder.encode(payload)
+    # A reused, already faulted-in buffer: the multi-MB intermediate costs no allocation or page faults
+    buf = getattr(_local, "buf", None)
+    if buf is None:
+        buf = _local.buf = bytearray()
+    _encoder.encode_into(payload, buf)
+    if len(buf) > _SCRATCH_MAX:   # do not keep an outsized buffer alive in every thread
+        _local.buf = None
+    return buf
+
+
 def encode_item(item: ProcessedItem, *, metadata_only: bool = False) -> str | None:
     """Base64 msgpack of the item's fields (only ``keep_on_cpu`` / metadata fields when ``metadata_only``).
 
     Returns None when ``metadata_only`` leaves no field (vLLM sends null then).
     """
-    fields = {name: f for name, f in item.fields.items() if not metadata_only or f.keep_on_cpu or f.metadata}
-    if not fields:
-        return None
-    payload = {name: {"data": _tensor(f), "field": _descriptor(f)} for name, f in fields.items()}
-    return pybase64.b64encode(_encoder.encode(payload)).decode("ascii")
+    raw = _msgpack(item, metadata_only)
+    return None if raw is None else pybase64.b64encode_as_string(raw)
+
+
+def encode_item_json(item: ProcessedItem, *, metadata_only: bool = False) -> bytes | None:
+    """`encode_item` as a JSON string token: ``b'"' + base64 + b'"'`` (what the answer carries), or None."""
+    raw = _msgpack(item, metadata_only)
+    return None if raw is None else b"".join((b'"', pybase64.b64encode(raw), b'"'))
 
 
 def decode_item(b64: str) -> dict[str, tuple[str, list[int], bytes, list]]:
