@@ -236,6 +236,22 @@ def test_compiled_and_numpy_patchify_agree(processor):
         assert ga == gb and (a == b).all()
 
 
+@pytest.mark.parametrize("patch, temporal, merge", [(14, 2, 2), (16, 2, 2), (16, 3, 1)])
+def test_fused_resize_patchify_equals_resize_then_patchify(patch, temporal, merge):
+    """The one-pass kernel (vertical resize written into patch rows, whole-unit copies: 2 bytes
+    for 14-pixel patches, 8 for 16) equals the NumPy resize then reshape/transpose: up- and
+    downscaling, unchanged axes, stills and frame counts that leave a temporal slot to repeat."""
+    proc = Qwen2VLProcessor(patch_size=patch, temporal_patch_size=temporal, merge_size=merge)
+    rng = np.random.default_rng(5)
+    f = patch * merge
+    for t, h, w, oh, ow in [(1, 100, 130, 2 * f, 3 * f), (1, 2 * f, 4 * f, 2 * f, 4 * f), (1, 9, 700, f, 20 * f),
+                            (2, 70, 50, 3 * f, 2 * f), (3, 2 * f, 61, 2 * f, 2 * f), (5, 40, 40, f, f)]:
+        frames = rng.integers(0, 256, (t, h, w, 3), dtype=np.uint8)
+        fused, grid = proc.resize_patchify(frames, oh, ow)
+        steps, want = proc.resize_patchify(frames, oh, ow, compiled=False)
+        assert grid == want and fused.shape == steps.shape and (fused == steps).all(), (t, h, w, oh, ow)
+
+
 BROKEN = json.loads((FIXTURES / "broken_answers.json").read_text())
 
 
