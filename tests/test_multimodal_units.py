@@ -252,6 +252,19 @@ def test_fused_resize_patchify_equals_resize_then_patchify(patch, temporal, merg
         assert grid == want and fused.shape == steps.shape and (fused == steps).all(), (t, h, w, oh, ow)
 
 
+def test_transposed_decode_gives_the_same_item(processor):
+    """The pipeline decodes Qwen-VL images transposed ([W, H, 3], Pillow swapping the pixels):
+    the item equals the one from the upright array, EXIF turns and transparency included."""
+    for name in ("jpeg_640x480", "rgb_1280x720", "exif_rot6_160x120", "rgba_200x150", "tall_300x1200", "tiny_10x10"):
+        data = test_media.image_bytes(name)
+        upright = processor.process_image(decode_rgb(data))
+        flipped = processor.process_image(decode_rgb(data, transposed=True), transposed=True)
+        assert decode_rgb(data, transposed=True).shape == decode_rgb(data).shape[1::-1] + (3,)
+        for field, want in upright.fields.items():
+            assert (flipped.fields[field].data == want.data).all(), (name, field)
+        assert flipped.num_tokens == upright.num_tokens
+
+
 BROKEN = json.loads((FIXTURES / "broken_answers.json").read_text())
 
 

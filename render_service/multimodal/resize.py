@@ -238,19 +238,26 @@ def pass_weights(in_size: int, out_size: int, kind: str = "bicubic") -> tuple[np
     return _identity_weights(in_size) if in_size == out_size else axis_weights(in_size, out_size, kind)
 
 
-def horizontal_planar(image: np.ndarray, width: int, kind: str = "bicubic") -> np.ndarray:
+def horizontal_planar(image: np.ndarray, width: int, kind: str = "bicubic", *, transposed: bool = False) -> np.ndarray:
     """PyTorch's horizontal pass (`resize_aa`'s first step) of a uint8 ``[H, W, 3]`` image, as planes.
 
+    ``transposed``: ``image`` is given as ``[W, H, 3]`` (`decode.decode_rgb`'s ``transposed``).
     Returns uint8 ``[3, H, width]`` — this thread's scratch buffer, valid until its next call.
     The vertical pass that follows works a plane at a time on contiguous rows, and a fused one
     can write its rows straight into a processor's layout (`qwen2_vl`'s patches). Compiled only.
     """
-    h, w, _ = image.shape
-    if w == width:   # PyTorch skips the pass: only the layout changes
-        return _deinterleave_kernel(np.ascontiguousarray(image).reshape(h, w * 3), _buffer((3, h, w), 2))
+    image = np.ascontiguousarray(image)
+    if transposed:
+        w, h, _ = image.shape
+        flat = image.reshape(w, h * 3)
+        if w == width:   # PyTorch skips the pass: only the layout changes
+            return _planar_kernel(flat, _buffer((3, h, w), 2))
+    else:
+        h, w, _ = image.shape
+        if w == width:
+            return _deinterleave_kernel(image.reshape(h, w * 3), _buffer((3, h, w), 2))
+        flat = _transpose(image, 0).reshape(w, h * 3)
     index, weights, precision = axis_weights(w, width, kind)
-    moved = _transpose(np.ascontiguousarray(image), 0)
-    flat = moved.reshape(w, h * 3)
     resampled = _rows_kernel(flat, index, weights, np.int32(precision), _buffer((width, h * 3), 1))
     return _planar_kernel(resampled, _buffer((3, h, width), 2))
 

@@ -144,15 +144,17 @@ class Qwen2VLProcessor:
         x = x.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)
         return np.ascontiguousarray(x).reshape(gt * gh * gw, channels * tp * p * p), (gt, gh, gw)
 
-    def resize_patchify(self, frames: np.ndarray, height: int, width: int, *,
-                        compiled: bool | None = None) -> tuple[np.ndarray, tuple[int, int, int]]:
+    def resize_patchify(self, frames: np.ndarray, height: int, width: int, *, compiled: bool | None = None,
+                        transposed: bool = False) -> tuple[np.ndarray, tuple[int, int, int]]:
         """``[T, H, W, 3]`` uint8 frames resized to ``height × width`` (`resize_bicubic_aa`) and
-        patched (`_patchify`): the same ``(patches, (t, h, w))``, in one pass when compiled."""
+        patched (`_patchify`): the same ``(patches, (t, h, w))``, in one pass when compiled.
+        ``transposed``: the frames are given as ``[T, W, H, 3]``."""
         if compiled is None:
             compiled = _resize_patches_kernel is not None
         if not compiled:
-            return self._patchify(np.stack([resize_bicubic_aa(f, height, width, compiled=False) for f in frames]),
-                                  compiled=False)
+            upright = frames.transpose(0, 2, 1, 3) if transposed else frames
+            return self._patchify(np.stack([resize_bicubic_aa(np.ascontiguousarray(f), height, width, compiled=False)
+                                            for f in upright]), compiled=False)
         p, m, tp = self.patch_size, self.merge_size, self.temporal_patch_size
         t_in = len(frames)
         gt, gh, gw = -(-t_in // tp), height // p, width // p
@@ -162,22 +164,32 @@ class Qwen2VLProcessor:
         unit = np.dtype(f"u{math.gcd(p, 8)}")
         band = np.empty(3 * p * width, np.uint8)
         for f, frame in enumerate(frames):
-            planes = horizontal_planar(frame, width)
-            index, weights, precision = pass_weights(frame.shape[0], height)
+            planes = horizontal_planar(frame, width, transposed=transposed)
+            index, weights, precision = pass_weights(planes.shape[1], height)
             # the last frame also fills the temporal slots after it (transformers repeats it)
             count = tp - f % tp if f == t_in - 1 else 1
             _resize_patches_kernel(planes, index, weights, np.int32(precision), p, m, tp, f // tp, f % tp, count,
                                    gh, gw, band, band.view(unit), out.reshape(-1).view(unit))
         return out, (gt, gh, gw)
 
-    def process_image(self, rgb: np.ndarray, param: str | None = None) -> ProcessedItem:
-        """One decoded RGB image ``[H, W, 3]`` uint8 → the ``image`` item vLLM builds.
+    def decode_transposed(self, height: int, width: int) -> bool:
+        """Whether `process_image` is better given the image as ``[W, H, 3]`` (``transposed``):
+        when the resize changes its width (the horizontal pass works on columns)."""
+        try:
+            return self.resized_size(height, width)[1] != width
+        except Exception:   # an aspect ratio process_image refuses anyway
+            return False
+
+    def process_image(self, rgb: np.ndarray, param: str | None = None, *, transposed: bool = False) -> ProcessedItem:
+        """One decoded RGB image ``[H, W, 3]`` uint8 (``[W, H, 3]`` when ``transposed``) → the
+        ``image`` item vLLM builds.
 
         Raises:
             OpenAIError: 400 when the aspect ratio exceeds 200.
         """
-        height, width = self.resized_size(rgb.shape[0], rgb.shape[1], param=param)
-        patches, grid = self.resize_patchify(rgb[None], height, width)
+        rows, cols = (rgb.shape[1], rgb.shape[0]) if transposed else rgb.shape[:2]
+        height, width = self.resized_size(rows, cols, param=param)
+        patches, grid = self.resize_patchify(rgb[None], height, width, transposed=transposed)
         return ProcessedItem(
             modality="image",
             fields={   # vLLM's item order
