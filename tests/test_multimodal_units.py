@@ -265,6 +265,20 @@ def test_transposed_decode_gives_the_same_item(processor):
         assert flipped.num_tokens == upright.num_tokens
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_minicpmv_compiled_patches_equal_numpy(dtype):
+    """MiniCPM-V's one-pass normalize + reshape_by_patch kernel equals the NumPy gather and transpose."""
+    from render_service.multimodal.processors.minicpmv import MiniCPMVProcessor
+
+    proc = MiniCPMVProcessor(dtype=dtype)
+    rng = np.random.default_rng(6)
+    for h, w in [(336, 602), (406, 490), (14, 14), (28, 700), (700, 28)]:
+        view = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        fast, steps = proc._patches(view), proc._patches(view, compiled=False)
+        assert fast.dtype == steps.dtype and fast.shape == steps.shape
+        assert (fast.view(np.uint8) == steps.view(np.uint8)).all(), (h, w)
+
+
 BROKEN = json.loads((FIXTURES / "broken_answers.json").read_text())
 
 
