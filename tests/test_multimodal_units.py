@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import orjson
 import pytest
 
 from render_service.errors import OpenAIError
@@ -209,14 +208,13 @@ def test_cache_counts_encodings():
     cache = ProcessorCache(capacity_bytes=10_000)
     entry = _entry(100)
     cache.put("h", entry)
-    kwargs, metadata = cache.encodings("h", entry)
-    kwargs_b64 = orjson.loads(orjson.dumps(kwargs))            # a JSON fragment: the answer's string
+    kwargs_b64, metadata = cache.encodings("h", entry)
     assert kwargs_b64 and base64.b64decode(kwargs_b64) and metadata is None   # no field is metadata: null, as vLLM
     assert entry.item is None and entry.num_tokens == 1          # the tensors give way to their encoding
-    assert cache.size_bytes == len(kwargs_b64) + 2               # kept as the quoted JSON string
+    assert cache.size_bytes == len(kwargs_b64)
     again, metadata = cache.encodings("h", entry)
-    assert orjson.dumps(again) == orjson.dumps(kwargs) and metadata is None
-    assert (cache.encoded, cache.reused) == (1, 1)               # encoded once, then spliced
+    assert again is kwargs_b64 and metadata is None              # the kept string itself
+    assert (cache.encoded, cache.reused) == (1, 1)               # encoded once, then reused
 
 
 def test_compiled_and_numpy_resize_agree():

@@ -1,11 +1,11 @@
 """The processor cache: processed items keyed by ``mm_hash``, bounded in bytes (vLLM's ``--mm-processor-cache-gb``).
 
 A hit skips decoding, resizing and (once encoded) msgpack + base64: the entry then holds the
-answer's JSON string of the item (`serde.encode_item_json`), which every later answer splices
-in as an ``orjson.Fragment`` — copied once into the response, never rebuilt or re-scanned. A
-part that carries only a ``uuid`` is answered from here or refused (vLLM: "Cache miss for image
-at index 0 but data is not provided."). Thread-safe: workers of the CPU pool insert while the
-event loop reads. `ProcessorCache.collect` gives its figures to ``/metrics``.
+item's ``kwargs_data`` / ``mm_metadata`` strings, which every later answer carries as they are
+(copied into the response, never encoded again). A part that carries only a ``uuid`` is
+answered from here or refused (vLLM: "Cache miss for image at index 0 but data is not
+provided."). Thread-safe: workers of the CPU pool insert while the event loop reads.
+`ProcessorCache.collect` gives its figures to ``/metrics``.
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from .items import ProcessedItem
-from .serde import encode_item_json
+from .serde import encode_item
 
 
 # What a count-only entry is charged: its key and objects, so the byte bound also bounds their number
@@ -31,14 +30,13 @@ class CachedItem:
 
     Encoding drops the tensors: the base64 is what every later answer sends, so keeping both
     would hold each image twice (a 720p image: 5.6 MB of pixels, 7.5 MB of base64).
-    ``kwargs_json`` / ``metadata_json`` are those encodings as JSON string tokens (quoted).
     An entry made for a request that sends no pixels (``mm_payload: "none"``) holds only
     ``num_tokens`` (`has_payload` false); a request that wants tensors processes the item again.
     """
 
     item: ProcessedItem | None
-    kwargs_json: bytes | None = None
-    metadata_json: bytes | None = None
+    kwargs_b64: str | None = None
+    metadata_b64: str | None = None
     encoded: bool = False
     num_tokens: int = 0
     replacement: tuple[int, ...] | None = None
@@ -62,7 +60,7 @@ class CachedItem:
     def nbytes(self) -> int:
         if not self.has_payload:
             return COUNT_ONLY_BYTES
-        return (self.item.nbytes if self.item is not None else 0) + len(self.kwargs_json or b"") + len(self.metadata_json or b"")
+        return (self.item.nbytes if self.item is not None else 0) + len(self.kwargs_b64 or "") + len(self.metadata_b64 or "")
 
 
 class ProcessorCache:
@@ -105,27 +103,25 @@ class ProcessorCache:
             self._size += size
             self._evict()
 
-    def encodings(self, key: str, entry: CachedItem) -> tuple[orjson.Fragment | None, orjson.Fragment | None]:
-        """``(kwargs_data entry, mm_metadata entry)`` of ``entry`` as JSON fragments (None: null).
-
-        Encoded once, then kept (and counted) in place of the tensors; later calls only wrap the
-        kept bytes (`reused` counts them). The fragments serialize with orjson only.
-        """
+    def encodings(self, key: str, entry: CachedItem) -> tuple[str | None, str | None]:
+        """``(kwargs_data entry, mm_metadata entry)`` of ``entry`` (None: null): encoded once, then
+        kept (and counted) in place of the tensors; later calls hand out the kept strings
+        (`reused` counts them)."""
         item = entry.item
         if entry.encoded or item is None:
             with self._lock:
                 self.reused += 1
-            return _fragment(entry.kwargs_json), _fragment(entry.metadata_json)
-        kwargs_json, metadata_json = encode_item_json(item), encode_item_json(item, metadata_only=True)
+            return entry.kwargs_b64, entry.metadata_b64
+        kwargs_b64, metadata_b64 = encode_item(item), encode_item(item, metadata_only=True)
         with self._lock:
             self.encoded += 1
             if not entry.encoded:
                 before = entry.nbytes
-                entry.kwargs_json, entry.metadata_json, entry.encoded, entry.item = kwargs_json, metadata_json, True, None
+                entry.kwargs_b64, entry.metadata_b64, entry.encoded, entry.item = kwargs_b64, metadata_b64, True, None
                 if self._entries.get(key) is entry:
                     self._size += entry.nbytes - before
                     self._evict()
-        return _fragment(entry.kwargs_json), _fragment(entry.metadata_json)
+        return entry.kwargs_b64, entry.metadata_b64
 
     def _evict(self) -> None:
         while self._size > self.capacity_bytes and self._entries:
@@ -158,6 +154,3 @@ class ProcessorCache:
             gauge.add_metric([], sizes[name])
             yield gauge
 
-
-def _fragment(json_bytes: bytes | None) -> orjson.Fragment | None:
-    return None if json_bytes is None else orjson.Fragment(json_bytes)

@@ -11,10 +11,9 @@ Fields appear in the processor's order, which is vLLM's item order (image: grid,
 video: pixels, grid, seconds per grid). msgspec (the library vLLM encodes
 with) produces the same bytes.
 
-The answer carries each encoding as a JSON string. `encode_item_json` makes that string token
-once (quotes included, base64 never needs escaping) so the processor cache can keep it and
-every answer splices it in as an ``orjson.Fragment``: a repeated image costs one copy of its
-bytes into the response, not an encode, nor a scan of megabytes of base64 by the serializer.
+The encoding is made straight into the ``str`` the answer carries (`pybase64.b64encode_as_string`:
+no bytes-to-str copy); the processor cache keeps it, so a repeated image costs one copy of it
+into the response (orjson's copy of ASCII runs at memory speed), never an encode.
 """
 
 from __future__ import annotations
@@ -49,10 +48,10 @@ def _tensor(f: Field):
             return [_tensor(Field(x, f.kind, wire_dtype=f.wire_dtype)) for x in f.data]
         return f.data   # a plain value vLLM keeps as a list (Qwen3-VL's timestamps: msgpack floats)
     if f.wire_dtype == "bfloat16":   # float32 values, or uint16 bfloat16 bit patterns already (NormalizeTable)
-        raw = np.ascontiguousarray(f.data).tobytes() if f.data.dtype == np.uint16 else _bfloat16_bytes(f.data)
+        raw = np.ascontiguousarray(f.data).data if f.data.dtype == np.uint16 else _bfloat16_bytes(f.data)
         return ["bfloat16", list(f.data.shape), msgspec.msgpack.Ext(_RAW_VIEW, raw)]
     if f.wire_dtype == "float16":   # NumPy's float32 -> float16 rounds to nearest even, as torch's .to(float16)
-        return ["float16", list(f.data.shape), msgspec.msgpack.Ext(_RAW_VIEW, np.ascontiguousarray(f.data, np.float16).tobytes())]
+        return ["float16", list(f.data.shape), msgspec.msgpack.Ext(_RAW_VIEW, np.ascontiguousarray(f.data, np.float16).data)]
     data = np.ascontiguousarray(f.data)   # (0-d arrays come back 1-d: the shape is taken from f.data)
     return [data.dtype.name, list(f.data.shape), msgspec.msgpack.Ext(_RAW_VIEW, data.data)]
 
@@ -88,12 +87,6 @@ def encode_item(item: ProcessedItem, *, metadata_only: bool = False) -> str | No
     """
     raw = _msgpack(item, metadata_only)
     return None if raw is None else pybase64.b64encode_as_string(raw)
-
-
-def encode_item_json(item: ProcessedItem, *, metadata_only: bool = False) -> bytes | None:
-    """`encode_item` as a JSON string token: ``b'"' + base64 + b'"'`` (what the answer carries), or None."""
-    raw = _msgpack(item, metadata_only)
-    return None if raw is None else b"".join((b'"', pybase64.b64encode(raw), b'"'))
 
 
 def decode_item(b64: str) -> dict[str, tuple[str, list[int], bytes, list]]:
