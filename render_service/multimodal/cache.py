@@ -78,7 +78,7 @@ class ProcessorCache:
         self.misses = 0
         self.evictions = 0
         self.encoded = 0    # items encoded for an answer
-        self.reused = 0     # answers' items spliced from kept encodings
+        self.reused = 0     # answers' items taken from kept encodings
 
     def get(self, key: str) -> CachedItem | None:
         with self._lock:
@@ -153,4 +153,3 @@ class ProcessorCache:
             gauge = GaugeMetricFamily(f"render_mm_processor_cache_{name}", f"processor cache: {doc}")
             gauge.add_metric([], sizes[name])
             yield gauge
-

@@ -295,6 +295,11 @@ class MiniCPMVProcessor:
         chw = np.stack([table[c][rgb[:, :, c]] for c in range(3)])
         return np.ascontiguousarray(chw.reshape(3, h // p, p, w // p, p).transpose(0, 2, 1, 3, 4).reshape(3, p, -1))
 
+    def warm_up(self) -> None:
+        """Compile (or load from numba's cache) the patch kernel now, not on the first image."""
+        p = self.slicer.patch_size
+        self._patches(np.zeros((p, 2 * p, 3), np.uint8))
+
     def _slices(self, rgb: np.ndarray) -> list[np.ndarray]:
         if not self.slice_mode:
             return [rgb]

@@ -10,10 +10,10 @@ vLLM calls transformers' ``Qwen2VLImageProcessor`` (torchvision backend) with
 
 The image is resized to `smart_resize`'s size (multiples of 28 within [min_pixels,
 max_pixels], aspect ratio ≤ 200) with PyTorch's exact uint8 bicubic (`..resize`). The prompt
-holds one ``<|image_pad|>`` per image; it becomes ``t·h·w / merge²`` pads.
+holds one ``<|image_pad|>`` per image; it becomes ``t·h·w / merge²`` pads. Compiled, the
+resize's vertical pass writes its rows straight into the patch layout (`_resize_patches_loop`):
+no resized image is made and then patched.
 
-Compiled, the resize's vertical pass writes its rows straight into the patch layout
-(`_resize_patches_loop`): no resized image is made and then patched.
 Source: transformers 5.20.2 ``models/qwen2_vl/image_processing_qwen2_vl.py``,
 ``video_processing_qwen2_vl.py``; vLLM 0.33 ``model_executor/models/qwen2_vl.py``.
 """
@@ -171,6 +171,15 @@ class Qwen2VLProcessor:
             _resize_patches_kernel(planes, index, weights, np.int32(precision), p, m, tp, f // tp, f % tp, count,
                                    gh, gw, band, band.view(unit), out.reshape(-1).view(unit))
         return out, (gt, gh, gw)
+
+    def warm_up(self) -> None:
+        """Compile (or load from numba's cache) the kernels `resize_patchify` uses, upright and transposed."""
+        f = self.factor
+        tiny = np.zeros((1, f, 2 * f, 3), np.uint8)
+        self.resize_patchify(tiny, f, f)
+        self.resize_patchify(tiny, f, 2 * f)
+        self.resize_patchify(tiny.transpose(0, 2, 1, 3), f, f, transposed=True)
+        self.resize_patchify(tiny.transpose(0, 2, 1, 3), 2 * f, 2 * f, transposed=True)
 
     def decode_transposed(self, height: int, width: int) -> bool:
         """Whether `process_image` is better given the image as ``[W, H, 3]`` (``transposed``):
