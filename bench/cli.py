@@ -139,7 +139,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "request against REF's; bench/regress.py)")
     g.add_argument("--head", metavar="REF", help="the version under test (default: this working tree)")
     g.add_argument("--only", metavar="W1,W2", help="regress workloads: render-short, render-9k, agent-trace, "
-                   "stream-chunk (default all); --tokenizer is the served model (default ../shared/models/qwen3), "
+                   "stream-chunk, render-mm, render-mm-repeat (default all; the mm ones on "
+                   "../shared/models/qwen2.5-vl-instruct); --tokenizer is the text workloads' model (default ../shared/models/qwen3), "
                    "--spawn / --spawn-baseline add serve flags (both / the baseline)")
     g.add_argument("--scale", type=_positive(float), default=1.0, help="regress: sessions per round x this (default 1)")
     g = p.add_argument_group("output")

@@ -23,6 +23,10 @@ Workloads (``--only`` picks some):
   last-turn prompt never seen; figures: CPU of the last five turns, of a cold render, and
   their ratio (what incremental tokenization wins).
 - ``stream-chunk``: one streamed derender (reasoning + 400-token hermes tool call), CPU per chunk.
+- ``render-mm``: `RenderMM`, chat render with 1–4 fresh JPEG images (tensors in the answer), and
+  ``render-mm-repeat``: the same images in every request (processor-cache hits). These run on a
+  vision-language model (Qwen2.5-VL, ``../shared/models/qwen2.5-vl-instruct``): both versions
+  are spawned a second time on it, after the text workloads' servers have stopped.
 
 REF is a git ref of this repository (extracted with ``git archive`` into a temporary
 directory, removed afterwards), a directory holding a source tree, or ``installed`` (the
@@ -50,10 +54,12 @@ from .targets import SpawnedServer, TargetError, ThreadCpu
 from .tokens import load_tokenizer
 from .workloads import Probe, Workload
 from .workloads.derender import StreamDerender
+from .workloads.multimodal import RenderMM, RenderMMRepeat
 from .workloads.render import AgentTrace, RenderLong, RenderShort
 
 _REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = _REPO.parent / "shared" / "models" / "qwen3"
+VISION_MODEL = _REPO.parent / "shared" / "models" / "qwen2.5-vl-instruct"
 LATE_TURNS = 5
 # serve's log lines (render_service.tokenizer.text_tokenizer) around a background fast-backend build
 BUILDING = "while the fastokens backend is built"
@@ -68,6 +74,7 @@ class Spec:
     build: Callable[[], Workload]
     sessions: int
     figures: Callable[[list[tuple[float, dict]]], dict[str, float]]
+    model: Path | None = None   # served model; None: --tokenizer (default DEFAULT_MODEL)
 
 
 def _per_request(samples: list[tuple[float, dict]]) -> dict[str, float]:
@@ -94,6 +101,8 @@ SPECS = {
     "render-9k": Spec("render-9k", lambda: RenderLong(9000), 40, _per_request),
     "agent-trace": Spec("agent-trace", AgentTrace, 1, _agent_figures),
     "stream-chunk": Spec("stream-chunk", lambda: StreamDerender(400), 1, _per_chunk),
+    "render-mm": Spec("render-mm", RenderMM, 12, _per_request, VISION_MODEL),
+    "render-mm-repeat": Spec("render-mm-repeat", RenderMMRepeat, 12, _per_request, VISION_MODEL),
 }
 NOT_RATIOS = ("late turn / cold render",)  # already a ratio within one server
 
@@ -233,6 +242,13 @@ def report(sides: list[Side], specs: list[Spec], rounds: int) -> tuple[str, dict
     return "\n".join(lines), doc
 
 
+def _serve_args(model: str, vision: bool, args: argparse.Namespace) -> list[str]:
+    if vision:   # the VL model's own length and no text parsers
+        return [model, *shlex.split(args.spawn or "")]
+    return [model, "--max-model-len", "262144", "--reasoning-parser", "qwen3", "--tool-call-parser", "hermes",
+            "--enable-auto-tool-choice", *shlex.split(args.spawn or "")]
+
+
 def run_regress(args: argparse.Namespace) -> int:
     """``bench regress``: see the module docstring. Returns the exit code."""
     names = args.only.split(",") if args.only else list(SPECS)
@@ -242,36 +258,45 @@ def run_regress(args: argparse.Namespace) -> int:
     if len(args.baseline) != 1:
         raise TargetError("bench regress needs exactly one --baseline REF (a git ref, a directory, or 'installed')")
     specs = [SPECS[n] for n in names]
-    model = args.tokenizer or str(DEFAULT_MODEL)
+    text_model = args.tokenizer or str(DEFAULT_MODEL)
+    groups: dict[str, list[Spec]] = {}   # served model -> its workloads; one pair of servers per model
+    for spec in specs:
+        if spec.model is not None and not spec.model.is_dir():
+            raise TargetError(f"{spec.name} needs {spec.model} (not present)")
+        groups.setdefault(str(spec.model) if spec.model is not None else text_model, []).append(spec)
     rounds = args.rounds or 4
     scale = args.scale
-    serve = [model, "--max-model-len", "262144", "--reasoning-parser", "qwen3", "--tool-call-parser", "hermes",
-             "--enable-auto-tool-choice", *shlex.split(args.spawn or "")]
     with tempfile.TemporaryDirectory(prefix="bench-regress-") as tmp:
         head_root, head_label = checkout(args.head, Path(tmp)) if args.head else (_REPO, f"working tree of {_REPO}")
         base_root, base_label = checkout(args.baseline[0], Path(tmp))
         sides = [Side("head", head_label, head_root), Side("baseline", base_label, base_root)]
-        try:
-            sides[1].start(serve + shlex.split(" ".join(args.spawn_baseline)))
-            sides[0].start(serve)
-            tokenizer = load_tokenizer(model)
-            workloads = {}
-            for spec in specs:
-                workload = workloads[spec.name] = spec.build()
-                workload.prepare(Probe(tokenizer, None, lambda p, b: sides[0].post(p, b), print))
-                run_lockstep(sides, workload, 10**9 - 1, 1, False, max_calls=10)  # warm-up, not measured
-            for r in range(rounds):
-                for spec in specs:
-                    n = max(1, round(spec.sessions * scale))
-                    per_side = run_lockstep(sides, workloads[spec.name], r * 10**6, n, flip=r % 2 == 1)
-                    for side, samples in zip(sides, per_side):
-                        for figure, value in spec.figures(samples).items():
-                            side.figures.setdefault(spec.name, {}).setdefault(figure, []).append(value)
-                if not args.quiet:
-                    print(f"bench regress: round {r + 1}/{rounds} done", flush=True)
-        finally:
-            for side in sides:
-                side.stop()
+        for model, group in groups.items():
+            serve = _serve_args(model, group[0].model is not None, args)
+            pair = [Side(s.name, s.label, s.root, figures=s.figures) for s in sides]
+            try:
+                pair[1].start(serve + shlex.split(" ".join(args.spawn_baseline)))
+                pair[0].start(serve)
+                for side, started in zip(sides, pair):   # the first pair's start-up is the one reported
+                    side.startup_s = side.startup_s if side.startup_s is not None else started.startup_s
+                    side.cpu = side.cpu or started.cpu
+                tokenizer = load_tokenizer(model)
+                workloads = {}
+                for spec in group:
+                    workload = workloads[spec.name] = spec.build()
+                    workload.prepare(Probe(tokenizer, None, lambda p, b: pair[0].post(p, b), print))
+                    run_lockstep(pair, workload, 10**9 - 1, 1, False, max_calls=10)  # warm-up, not measured
+                for r in range(rounds):
+                    for spec in group:
+                        n = max(1, round(spec.sessions * scale))
+                        per_side = run_lockstep(pair, workloads[spec.name], r * 10**6, n, flip=r % 2 == 1)
+                        for side, samples in zip(pair, per_side):
+                            for figure, value in spec.figures(samples).items():
+                                side.figures.setdefault(spec.name, {}).setdefault(figure, []).append(value)
+                    if not args.quiet:
+                        print(f"bench regress: {Path(model).name}: round {r + 1}/{rounds} done", flush=True)
+            finally:
+                for side in pair:
+                    side.stop()
     text, doc = report(sides, specs, rounds)
     print(text, flush=True)
     if args.out:

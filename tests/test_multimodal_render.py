@@ -287,3 +287,49 @@ def test_broken_image_with_a_valid_header(server, name, payload):
     assert resp.status_code == (200 if vllm["ok"] else 400), resp.text
     if not vllm["ok"]:
         assert "Failed to load image" in resp.json()["error"]["message"]
+
+
+def _cache_figures(url: str) -> dict[str, float]:
+    """The processor cache's series from ``/metrics`` (``render_mm_processor_cache_*``)."""
+    text = httpx.get(url + "/metrics", timeout=30).text
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("render_mm_processor_cache_"):
+            name, value = line.rsplit(" ", 1)
+            out[name.removeprefix("render_mm_processor_cache_").removesuffix("_total")] = float(value)
+    return out
+
+
+def test_a_repeated_image_is_spliced_from_the_cache_byte_for_byte():
+    """The same image twice: the second answer is the first byte for byte (and vLLM's tensors), its
+    payload spliced from the kept encoding (/metrics: one encode, one reuse, one hit)."""
+    case = BY_NAME["single_jpeg_640x480"]
+    body = {**record.resolve(case["request"]), "request_id": "same"}   # else the answers' ids differ
+    with vl_server() as url:
+        before = _cache_figures(url)
+        first, second = post(url, body), post(url, body)
+        after = _cache_figures(url)
+    assert first.status_code == second.status_code == 200, first.text
+    assert second.content == first.content
+    assert_equal_to_vllm(second.json(), case["answer"])
+    assert before["encoded"] == before["reused"] == before["hits"] == 0
+    assert after["encoded"] == 1 and after["reused"] == 1 and after["hits"] == 1
+    assert after["entries"] == 1 and 0 < after["bytes"] <= after["capacity_bytes"]
+
+
+def test_the_processor_cache_stays_within_its_bound():
+    """``--mm-processor-cache-gb`` bounds what is kept: with room for about one encoded 640x480
+    image, a second image evicts the first, and the first is then processed and encoded again —
+    with the same answer."""
+    one, other = BY_NAME["single_jpeg_640x480"], BY_NAME["single_rgb_224"]
+    body = {**record.resolve(one["request"]), "request_id": "same"}
+    with vl_server(mm_processor_cache_gb=2.6e6 / (1 << 30)) as url:
+        first = post(url, body)
+        post(url, record.resolve(other["request"]))
+        figures = _cache_figures(url)
+        again = post(url, body)
+        final = _cache_figures(url)
+    assert first.status_code == again.status_code == 200
+    assert again.content == first.content
+    assert figures["evictions"] >= 1 and figures["bytes"] <= figures["capacity_bytes"] == int(2.6e6)
+    assert final["encoded"] == 3 and final["reused"] == 0 and final["bytes"] <= final["capacity_bytes"]

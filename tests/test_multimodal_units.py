@@ -208,11 +208,13 @@ def test_cache_counts_encodings():
     cache = ProcessorCache(capacity_bytes=10_000)
     entry = _entry(100)
     cache.put("h", entry)
-    kwargs_b64, _ = cache.encodings("h", entry)
-    assert kwargs_b64 and base64.b64decode(kwargs_b64)
+    kwargs_b64, metadata = cache.encodings("h", entry)
+    assert kwargs_b64 and base64.b64decode(kwargs_b64) and metadata is None   # no field is metadata: null, as vLLM
     assert entry.item is None and entry.num_tokens == 1          # the tensors give way to their encoding
     assert cache.size_bytes == len(kwargs_b64)
-    assert cache.encodings("h", entry) == (kwargs_b64, None)     # no field is metadata: null, as vLLM
+    again, metadata = cache.encodings("h", entry)
+    assert again is kwargs_b64 and metadata is None              # the kept string itself
+    assert (cache.encoded, cache.reused) == (1, 1)               # encoded once, then reused
 
 
 def test_compiled_and_numpy_resize_agree():
@@ -230,6 +232,49 @@ def test_compiled_and_numpy_patchify_agree(processor):
         frames = rng.integers(0, 256, shape, dtype=np.uint8)
         (a, ga), (b, gb) = processor._patchify(frames), processor._patchify(frames, compiled=False)
         assert ga == gb and (a == b).all()
+
+
+@pytest.mark.parametrize("patch, temporal, merge", [(14, 2, 2), (16, 2, 2), (16, 3, 1)])
+def test_fused_resize_patchify_equals_resize_then_patchify(patch, temporal, merge):
+    """The one-pass kernel (vertical resize written into patch rows, whole-unit copies: 2 bytes
+    for 14-pixel patches, 8 for 16) equals the NumPy resize then reshape/transpose: up- and
+    downscaling, unchanged axes, stills and frame counts that leave a temporal slot to repeat."""
+    proc = Qwen2VLProcessor(patch_size=patch, temporal_patch_size=temporal, merge_size=merge)
+    rng = np.random.default_rng(5)
+    f = patch * merge
+    for t, h, w, oh, ow in [(1, 100, 130, 2 * f, 3 * f), (1, 2 * f, 4 * f, 2 * f, 4 * f), (1, 9, 700, f, 20 * f),
+                            (2, 70, 50, 3 * f, 2 * f), (3, 2 * f, 61, 2 * f, 2 * f), (5, 40, 40, f, f)]:
+        frames = rng.integers(0, 256, (t, h, w, 3), dtype=np.uint8)
+        fused, grid = proc.resize_patchify(frames, oh, ow)
+        steps, want = proc.resize_patchify(frames, oh, ow, compiled=False)
+        assert grid == want and fused.shape == steps.shape and (fused == steps).all(), (t, h, w, oh, ow)
+
+
+def test_transposed_decode_gives_the_same_item(processor):
+    """The pipeline decodes Qwen-VL images transposed ([W, H, 3], Pillow swapping the pixels):
+    the item equals the one from the upright array, EXIF turns and transparency included."""
+    for name in ("jpeg_640x480", "rgb_1280x720", "exif_rot6_160x120", "rgba_200x150", "tall_300x1200", "tiny_10x10"):
+        data = test_media.image_bytes(name)
+        upright = processor.process_image(decode_rgb(data))
+        flipped = processor.process_image(decode_rgb(data, transposed=True), transposed=True)
+        assert decode_rgb(data, transposed=True).shape == decode_rgb(data).shape[1::-1] + (3,)
+        for field, want in upright.fields.items():
+            assert (flipped.fields[field].data == want.data).all(), (name, field)
+        assert flipped.num_tokens == upright.num_tokens
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_minicpmv_compiled_patches_equal_numpy(dtype):
+    """MiniCPM-V's one-pass normalize + reshape_by_patch kernel equals the NumPy gather and transpose."""
+    from render_service.multimodal.processors.minicpmv import MiniCPMVProcessor
+
+    proc = MiniCPMVProcessor(dtype=dtype)
+    rng = np.random.default_rng(6)
+    for h, w in [(336, 602), (406, 490), (14, 14), (28, 700), (700, 28)]:
+        view = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        fast, steps = proc._patches(view), proc._patches(view, compiled=False)
+        assert fast.dtype == steps.dtype and fast.shape == steps.shape
+        assert (fast.view(np.uint8) == steps.view(np.uint8)).all(), (h, w)
 
 
 BROKEN = json.loads((FIXTURES / "broken_answers.json").read_text())

@@ -17,7 +17,9 @@ target's model: Qwen2.5-VL, Qwen3-VL, LLaVA-1.5, Gemma 3); the same bodies go to
 Figures beyond req/s, latency and server CPU per request: images per request, rendered prompt
 tokens and the ``kwargs_data`` base64 per request (the answer's bulk). ``render-mm-route`` sends
 the same requests with ``mm_payload: "none"`` (a router that only needs ids, hashes and
-placeholders: no pixels in the answer).
+placeholders: no pixels in the answer). ``render-mm-repeat`` sends one request's images again and
+again (the same bytes every time): after the first, each answer comes from the processor cache —
+what a repeated image costs (no decode, no resize, and on our server no encoding either).
 """
 
 from __future__ import annotations
@@ -142,3 +144,17 @@ class RenderMMRoute(RenderMM):
     name = "render-mm-route"
     mm_payload = "none"
     ticket_base = 500_000_000_000
+
+
+class RenderMMRepeat(RenderMM):
+    """``render-mm`` where every request carries the same images (those of request 0): from the
+    second request on, every image is a processor-cache hit on every server."""
+
+    name = "render-mm-repeat"
+    ticket_base = 600_000_000_000
+
+    def images(self, index: int) -> list[tuple[tuple[int, int], bytes]]:
+        return super().images(0)
+
+    def params(self) -> dict:
+        return {**super().params(), "encoding": "JPEG q90 data URLs, the same images in every request (warm caches)"}

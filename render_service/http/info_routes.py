@@ -89,6 +89,8 @@ def routes(ctx: AppContext) -> list[Route]:
     bundle = ctx.bundle
     ctx.metrics.add_collector(_TokenizerCacheCollector(bundle.tokenizer))
     ctx.metrics.add_collector(ctx.admission.collector())
+    if ctx.multimodal is not None:   # the processor cache's figures (multimodal/cache.py)
+        ctx.metrics.add_collector(ctx.multimodal.cache)
 
     def card(name: str, root: str, parent: str | None, max_model_len: int | None) -> dict:
         return {

@@ -1,8 +1,11 @@
 """The processor cache: processed items keyed by ``mm_hash``, bounded in bytes (vLLM's ``--mm-processor-cache-gb``).
 
-A hit skips decoding, resizing and (once encoded) msgpack + base64. A part that carries only a
-``uuid`` is answered from here or refused (vLLM: "Cache miss for image at index 0 but data is
-not provided."). Thread-safe: workers of the CPU pool insert while the event loop reads.
+A hit skips decoding, resizing and (once encoded) msgpack + base64: the entry then holds the
+item's ``kwargs_data`` / ``mm_metadata`` strings, which every later answer carries as they are
+(copied into the response, never encoded again). A part that carries only a ``uuid`` is
+answered from here or refused (vLLM: "Cache miss for image at index 0 but data is not
+provided."). Thread-safe: workers of the CPU pool insert while the event loop reads.
+`ProcessorCache.collect` gives its figures to ``/metrics``.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from .items import ProcessedItem
 from .serde import encode_item
@@ -71,6 +76,9 @@ class ProcessorCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        self.evictions = 0
+        self.encoded = 0    # items encoded for an answer
+        self.reused = 0     # answers' items taken from kept encodings
 
     def get(self, key: str) -> CachedItem | None:
         with self._lock:
@@ -96,13 +104,17 @@ class ProcessorCache:
             self._evict()
 
     def encodings(self, key: str, entry: CachedItem) -> tuple[str | None, str | None]:
-        """``(kwargs_data entry, mm_metadata entry)`` of ``entry``: encoded once, then kept (and counted)
-        in place of the tensors."""
+        """``(kwargs_data entry, mm_metadata entry)`` of ``entry`` (None: null): encoded once, then
+        kept (and counted) in place of the tensors; later calls hand out the kept strings
+        (`reused` counts them)."""
         item = entry.item
         if entry.encoded or item is None:
+            with self._lock:
+                self.reused += 1
             return entry.kwargs_b64, entry.metadata_b64
         kwargs_b64, metadata_b64 = encode_item(item), encode_item(item, metadata_only=True)
         with self._lock:
+            self.encoded += 1
             if not entry.encoded:
                 before = entry.nbytes
                 entry.kwargs_b64, entry.metadata_b64, entry.encoded, entry.item = kwargs_b64, metadata_b64, True, None
@@ -115,6 +127,7 @@ class ProcessorCache:
         while self._size > self.capacity_bytes and self._entries:
             _, evicted = self._entries.popitem(last=False)
             self._size -= evicted.nbytes
+            self.evictions += 1
 
     @property
     def size_bytes(self) -> int:
@@ -122,3 +135,21 @@ class ProcessorCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def collect(self):
+        """Prometheus collector protocol: the cache's counters and sizes (``/metrics``)."""
+        with self._lock:
+            counts = {"hits": self.hits, "misses": self.misses, "evictions": self.evictions,
+                      "encoded": self.encoded, "reused": self.reused}
+            sizes = {"bytes": self._size, "entries": len(self._entries), "capacity_bytes": self.capacity_bytes}
+        for name, doc in (("hits", "lookups that found the item"), ("misses", "lookups that did not"),
+                          ("evictions", "items evicted to stay within --mm-processor-cache-gb"),
+                          ("encoded", "items encoded (msgpack + base64) for an answer"),
+                          ("reused", "items answered from kept encodings, not encoded again")):
+            counter = CounterMetricFamily(f"render_mm_processor_cache_{name}", f"processor cache: {doc}")
+            counter.add_metric([], counts[name])
+            yield counter
+        for name, doc in (("bytes", "bytes held"), ("entries", "items held"), ("capacity_bytes", "byte bound")):
+            gauge = GaugeMetricFamily(f"render_mm_processor_cache_{name}", f"processor cache: {doc}")
+            gauge.add_metric([], sizes[name])
+            yield gauge

@@ -104,8 +104,13 @@ def decoded_size(data: bytes, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, param:
     return height, width
 
 
-def decode_rgb(data: bytes, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, param: str | None = None) -> np.ndarray:
+def decode_rgb(data: bytes, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, param: str | None = None, *,
+               transposed: bool = False) -> np.ndarray:
     """Decode to an RGB uint8 ``[H, W, 3]`` array, EXIF orientation applied, transparency on white.
+
+    ``transposed``: the same pixels as ``[W, H, 3]`` (rows and columns swapped), what a
+    horizontal resize pass works on; Pillow swaps its 4-byte pixels faster than a copy of the
+    array can be transposed.
 
     Raises:
         OpenAIError: 400 for undecodable, truncated or oversize images.
@@ -124,6 +129,8 @@ def decode_rgb(data: bytes, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, param: s
             image = converted
         elif image.mode != "RGB":
             image = image.convert("RGB")
+        if transposed:
+            image = image.transpose(Image.Transpose.TRANSPOSE)
         return np.asarray(image)
     except Exception as exc:
         raise bad_request(f"Failed to load image: {_reason(exc)}", param) from None

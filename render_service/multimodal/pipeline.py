@@ -198,8 +198,15 @@ class MultimodalRenderer:
                                           replacement(height, width, part.param) if replacement else None)
             self.cache.put(mm_hash, entry)
         elif entry is None or (tensors and not entry.has_payload):
-            rgb = decode_rgb(media.data, self.config.max_image_pixels, part.param)
-            entry = CachedItem(self.processor.process_image(rgb, part.param))
+            transposed = getattr(self.processor, "decode_transposed", None)
+            # (the header's size is before any EXIF turn: a wrong guess costs time, never exactness)
+            if transposed is not None and transposed(header.height, header.width):
+                rgb = decode_rgb(media.data, self.config.max_image_pixels, part.param, transposed=True)
+                item = self.processor.process_image(rgb, part.param, transposed=True)
+            else:
+                item = self.processor.process_image(decode_rgb(media.data, self.config.max_image_pixels, part.param),
+                                                    part.param)
+            entry = CachedItem(item)
             self.cache.put(mm_hash, entry)
         return LoadedItem(part.modality, mm_hash, entry)
 

@@ -145,8 +145,37 @@ def _transpose_rgb_loop(src, out):   # pragma: no cover - runs compiled
     return out
 
 
+def _planar_loop(src, out):   # pragma: no cover - runs compiled
+    """``[W, H*3]`` → ``[3, H, W]`` (a transposed RGB image back upright, one plane per channel)."""
+    width, height = src.shape[0], src.shape[1] // 3
+    p0, p1, p2 = out[0], out[1], out[2]
+    for y0 in range(0, height, 32):
+        y1 = min(y0 + 32, height)
+        for x in range(width):
+            srow = src[x]
+            for y in range(y0, y1):
+                p0[y, x] = srow[3 * y]
+                p1[y, x] = srow[3 * y + 1]
+                p2[y, x] = srow[3 * y + 2]
+    return out
+
+
+def _deinterleave_loop(src, out):   # pragma: no cover - runs compiled
+    """``[H, W*3]`` → ``[3, H, W]``."""
+    p0, p1, p2 = out[0], out[1], out[2]
+    for y in range(src.shape[0]):
+        srow, r0, r1, r2 = src[y], p0[y], p1[y], p2[y]
+        for x in range(src.shape[1] // 3):
+            r0[x] = srow[3 * x]
+            r1[x] = srow[3 * x + 1]
+            r2[x] = srow[3 * x + 2]
+    return out
+
+
 _rows_kernel = compile_kernel(_rows_loop)
 _transpose_rgb_kernel = compile_kernel(_transpose_rgb_loop)
+_planar_kernel = compile_kernel(_planar_loop)
+_deinterleave_kernel = compile_kernel(_deinterleave_loop)
 
 
 _SCRATCH_MAX = 16 << 20   # bytes: intermediates up to this size reuse a per-thread buffer
@@ -192,6 +221,45 @@ def _resize_compiled(image: np.ndarray, height: int, width: int, kind: str = "bi
     if vertical:
         out = _rows_compiled(out, height, None, kind)
     return out
+
+
+IDENTITY_PRECISION = 14
+
+
+@lru_cache(maxsize=64)
+def _identity_weights(size: int) -> tuple[np.ndarray, np.ndarray, int]:
+    index = np.arange(size, dtype=np.int64)[:, None]
+    return index, np.full((size, 1), 1 << IDENTITY_PRECISION, np.int32), IDENTITY_PRECISION
+
+
+def pass_weights(in_size: int, out_size: int, kind: str = "bicubic") -> tuple[np.ndarray, np.ndarray, int]:
+    """`axis_weights`, or for an axis whose size does not change (PyTorch skips it) one tap of
+    weight 1.0: the same ``(index, weights, precision)`` form, and each value passes unchanged."""
+    return _identity_weights(in_size) if in_size == out_size else axis_weights(in_size, out_size, kind)
+
+
+def horizontal_planar(image: np.ndarray, width: int, kind: str = "bicubic", *, transposed: bool = False) -> np.ndarray:
+    """PyTorch's horizontal pass (`resize_aa`'s first step) of a uint8 ``[H, W, 3]`` image, as planes.
+
+    ``transposed``: ``image`` is given as ``[W, H, 3]`` (`decode.decode_rgb`'s ``transposed``).
+    Returns uint8 ``[3, H, width]`` — this thread's scratch buffer, valid until its next call.
+    The vertical pass that follows works a plane at a time on contiguous rows, and a fused one
+    can write its rows straight into a processor's layout (`qwen2_vl`'s patches). Compiled only.
+    """
+    image = np.ascontiguousarray(image)
+    if transposed:
+        w, h, _ = image.shape
+        flat = image.reshape(w, h * 3)
+        if w == width:   # PyTorch skips the pass: only the layout changes
+            return _planar_kernel(flat, _buffer((3, h, w), 2))
+    else:
+        h, w, _ = image.shape
+        if w == width:
+            return _deinterleave_kernel(image.reshape(h, w * 3), _buffer((3, h, w), 2))
+        flat = _transpose(image, 0).reshape(w, h * 3)
+    index, weights, precision = axis_weights(w, width, kind)
+    resampled = _rows_kernel(flat, index, weights, np.int32(precision), _buffer((width, h * 3), 1))
+    return _planar_kernel(resampled, _buffer((3, h, width), 2))
 
 
 def resize_aa(image: np.ndarray, height: int, width: int, kind: str = "bicubic", *,

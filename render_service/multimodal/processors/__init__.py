@@ -102,4 +102,6 @@ def load_processor(model_dir: str | Path | None, tokenizer: Any = None) -> Any |
         if tokenizer is None:
             raise ValueError(f"the {model_type} processor needs the model's tokenizer")
         processor.bind(tokenizer)
+    if hasattr(processor, "warm_up"):   # its own compiled kernels, now rather than on the first image
+        processor.warm_up()
     return processor

@@ -44,6 +44,7 @@ from PIL import Image
 
 from ...errors import bad_request
 from ..items import Field, ProcessedItem
+from ..jit import compile_kernel
 from ..serde import bfloat16_bits
 from .normalize import model_dtype
 from .qwen2_vl import _read_json
@@ -281,13 +282,23 @@ class MiniCPMVProcessor:
             self._table = bfloat16_bits(values) if self.dtype == "bfloat16" else values.astype(np.float32)
         return self._table
 
-    def _patches(self, rgb: np.ndarray) -> np.ndarray:
+    def _patches(self, rgb: np.ndarray, *, compiled: bool | None = None) -> np.ndarray:
         """uint8 ``[h, w, 3]`` → normalized ``[3, p, (h/p)·(w/p)·p]`` (``reshape_by_patch``)."""
         table = self._normalized()
-        chw = np.stack([table[c][rgb[:, :, c]] for c in range(3)])
         p = self.slicer.patch_size
         h, w = rgb.shape[:2]
+        if compiled is None:
+            compiled = _patches_kernel is not None
+        if compiled:   # one pass: each value looked up and written where reshape_by_patch puts it
+            out = np.empty((3, p, (h // p) * (w // p) * p), table.dtype)
+            return _patches_kernel(np.ascontiguousarray(rgb), table, p, out)
+        chw = np.stack([table[c][rgb[:, :, c]] for c in range(3)])
         return np.ascontiguousarray(chw.reshape(3, h // p, p, w // p, p).transpose(0, 2, 1, 3, 4).reshape(3, p, -1))
+
+    def warm_up(self) -> None:
+        """Compile (or load from numba's cache) the patch kernel now, not on the first image."""
+        p = self.slicer.patch_size
+        self._patches(np.zeros((p, 2 * p, 3), np.uint8))
 
     def _slices(self, rgb: np.ndarray) -> list[np.ndarray]:
         if not self.slice_mode:
@@ -327,3 +338,24 @@ class MiniCPMVProcessor:
     def refuse_modality(self, modality: str, param: str | None = None):
         """MiniCPM-V 4.0 takes video in vLLM; render-service does not yet (a clear 400, never ignored)."""
         return bad_request(f"{modality} inputs for MiniCPM-V are not supported by render-service yet (images are).", param)
+
+
+def _patches_loop(rgb, table, p, out):   # pragma: no cover - runs compiled
+    """``out[c, i, (by·(w/p) + bx)·p + j] = table[c, rgb[by·p + i, bx·p + j, c]]``, written in order."""
+    nby, nbx = rgb.shape[0] // p, rgb.shape[1] // p
+    for c in range(3):
+        tc = table[c]
+        for i in range(p):
+            orow = out[c, i]
+            k = 0
+            for by in range(nby):
+                src = rgb[by * p + i]
+                for bx in range(nbx):
+                    x0 = bx * p
+                    for j in range(p):
+                        orow[k] = tc[src[x0 + j, c]]
+                        k += 1
+    return out
+
+
+_patches_kernel = compile_kernel(_patches_loop)   # None without numba: the NumPy path

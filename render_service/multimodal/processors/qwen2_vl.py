@@ -10,7 +10,10 @@ vLLM calls transformers' ``Qwen2VLImageProcessor`` (torchvision backend) with
 
 The image is resized to `smart_resize`'s size (multiples of 28 within [min_pixels,
 max_pixels], aspect ratio ≤ 200) with PyTorch's exact uint8 bicubic (`..resize`). The prompt
-holds one ``<|image_pad|>`` per image; it becomes ``t·h·w / merge²`` pads.
+holds one ``<|image_pad|>`` per image; it becomes ``t·h·w / merge²`` pads. Compiled, the
+resize's vertical pass writes its rows straight into the patch layout (`_resize_patches_loop`):
+no resized image is made and then patched.
+
 Source: transformers 5.20.2 ``models/qwen2_vl/image_processing_qwen2_vl.py``,
 ``video_processing_qwen2_vl.py``; vLLM 0.33 ``model_executor/models/qwen2_vl.py``.
 """
@@ -27,7 +30,7 @@ import numpy as np
 from ...errors import bad_request
 from ..items import Field, ProcessedItem
 from ..jit import compile_kernel
-from ..resize import resize_bicubic_aa
+from ..resize import horizontal_planar, pass_weights, resize_bicubic_aa
 
 
 def smart_resize(height: int, width: int, factor: int = 28, min_pixels: int = 56 * 56,
@@ -141,15 +144,61 @@ class Qwen2VLProcessor:
         x = x.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)
         return np.ascontiguousarray(x).reshape(gt * gh * gw, channels * tp * p * p), (gt, gh, gw)
 
-    def process_image(self, rgb: np.ndarray, param: str | None = None) -> ProcessedItem:
-        """One decoded RGB image ``[H, W, 3]`` uint8 → the ``image`` item vLLM builds.
+    def resize_patchify(self, frames: np.ndarray, height: int, width: int, *, compiled: bool | None = None,
+                        transposed: bool = False) -> tuple[np.ndarray, tuple[int, int, int]]:
+        """``[T, H, W, 3]`` uint8 frames resized to ``height × width`` (`resize_bicubic_aa`) and
+        patched (`_patchify`): the same ``(patches, (t, h, w))``, in one pass when compiled.
+        ``transposed``: the frames are given as ``[T, W, H, 3]``."""
+        if compiled is None:
+            compiled = _resize_patches_kernel is not None
+        if not compiled:
+            upright = frames.transpose(0, 2, 1, 3) if transposed else frames
+            return self._patchify(np.stack([resize_bicubic_aa(np.ascontiguousarray(f), height, width, compiled=False)
+                                            for f in upright]), compiled=False)
+        p, m, tp = self.patch_size, self.merge_size, self.temporal_patch_size
+        t_in = len(frames)
+        gt, gh, gw = -(-t_in // tp), height // p, width // p
+        rowlen = 3 * tp * p * p
+        out = np.empty((gt * gh * gw, rowlen), np.uint8)
+        # the layout moves whole runs of a patch row: widest unsigned type dividing the patch width
+        unit = np.dtype(f"u{math.gcd(p, 8)}")
+        band = np.empty(3 * p * width, np.uint8)
+        for f, frame in enumerate(frames):
+            planes = horizontal_planar(frame, width, transposed=transposed)
+            index, weights, precision = pass_weights(planes.shape[1], height)
+            # the last frame also fills the temporal slots after it (transformers repeats it)
+            count = tp - f % tp if f == t_in - 1 else 1
+            _resize_patches_kernel(planes, index, weights, np.int32(precision), p, m, tp, f // tp, f % tp, count,
+                                   gh, gw, band, band.view(unit), out.reshape(-1).view(unit))
+        return out, (gt, gh, gw)
+
+    def warm_up(self) -> None:
+        """Compile (or load from numba's cache) the kernels `resize_patchify` uses, upright and transposed."""
+        f = self.factor
+        tiny = np.zeros((1, f, 2 * f, 3), np.uint8)
+        self.resize_patchify(tiny, f, f)
+        self.resize_patchify(tiny, f, 2 * f)
+        self.resize_patchify(tiny.transpose(0, 2, 1, 3), f, f, transposed=True)
+        self.resize_patchify(tiny.transpose(0, 2, 1, 3), 2 * f, 2 * f, transposed=True)
+
+    def decode_transposed(self, height: int, width: int) -> bool:
+        """Whether `process_image` is better given the image as ``[W, H, 3]`` (``transposed``):
+        when the resize changes its width (the horizontal pass works on columns)."""
+        try:
+            return self.resized_size(height, width)[1] != width
+        except Exception:   # an aspect ratio process_image refuses anyway
+            return False
+
+    def process_image(self, rgb: np.ndarray, param: str | None = None, *, transposed: bool = False) -> ProcessedItem:
+        """One decoded RGB image ``[H, W, 3]`` uint8 (``[W, H, 3]`` when ``transposed``) → the
+        ``image`` item vLLM builds.
 
         Raises:
             OpenAIError: 400 when the aspect ratio exceeds 200.
         """
-        height, width = self.resized_size(rgb.shape[0], rgb.shape[1], param=param)
-        resized = resize_bicubic_aa(rgb, height, width)
-        patches, grid = self._patchify(resized[None])
+        rows, cols = (rgb.shape[1], rgb.shape[0]) if transposed else rgb.shape[:2]
+        height, width = self.resized_size(rows, cols, param=param)
+        patches, grid = self.resize_patchify(rgb[None], height, width, transposed=transposed)
         return ProcessedItem(
             modality="image",
             fields={   # vLLM's item order
@@ -166,8 +215,7 @@ class Qwen2VLProcessor:
         temporal patch / fps (bfloat16 on the wire).
         """
         height, width = self.resized_size(frames.shape[1], frames.shape[2], video=True, param=param)
-        resized = np.stack([resize_bicubic_aa(f, height, width) for f in frames])
-        patches, grid = self._patchify(resized)
+        patches, grid = self.resize_patchify(frames, height, width)
         return ProcessedItem(
             modality="video",
             fields={
@@ -206,7 +254,64 @@ def _patchify_loop(frames, p, m, tp, channels, gh, gw, out):   # pragma: no cove
     return out
 
 
+def _resize_patches_loop(planes, index, weights, precision, p, m, tp, gt, t0, tcount, gh, gw,
+                         band, band_units, out_units):   # pragma: no cover - runs compiled
+    """The vertical resize pass of one frame, written into Qwen's patch rows as it goes.
+
+    ``planes`` uint8 ``[3, H, W]`` (`horizontal_planar`); ``index/weights/precision`` the
+    vertical `pass_weights`. For each band of ``p`` output rows: each row is
+    ``clamp((Σ_k weights[y, k] · plane[index[y, k]] + half) >> precision)`` (`..resize._rows_loop`),
+    kept in ``band`` (``[3, p, W]`` flat); then each patch's ``p × p`` block per channel is
+    copied to its row (``gt``'s patches; temporal slots ``t0 .. t0 + tcount - 1``). The copies
+    go in whole units (``band_units`` / ``out_units``: the same memory as ``band`` / the flat
+    output, viewed as the widest unsigned type dividing ``p``) with unsigned offsets, which the
+    compiler turns into plain moves.
+    """
+    half = np.int32(1 << (precision - 1))
+    width = planes.shape[2]
+    acc = np.empty(width, np.int32)
+    per = band.shape[0] // band_units.shape[0]          # bytes per unit
+    pu = np.uint64(p // per)                            # units per patch row segment
+    wu = np.uint64(width // per)
+    ppu = np.uint64(p * p // per)
+    rowu = np.uint64(3 * tp * p * p // per)
+    for gy in range(gh):
+        for i in range(p):
+            y = gy * p + i
+            for c in range(3):
+                plane = planes[c]
+                for x in range(width):
+                    acc[x] = half
+                for k in range(index.shape[1]):
+                    w = weights[y, k]
+                    if w != 0:
+                        row = plane[index[y, k]]
+                        for x in range(width):
+                            acc[x] += np.int32(row[x]) * w
+                off = (c * p + i) * width
+                for x in range(width):
+                    v = acc[x] >> precision
+                    band[off + x] = 0 if v < 0 else (255 if v > 255 else v)
+        bh = gy // m
+        mh = gy - bh * m
+        first = gt * gh * gw + bh * (gw // m) * m * m + mh * m   # row of the band's first patch
+        for px in range(gw):
+            bw = px // m
+            n = np.uint64(first + bw * m * m + (px - bw * m))
+            for c in range(3):
+                src = np.uint64(c * p) * wu + np.uint64(px) * pu
+                for t in range(t0, t0 + tcount):
+                    dst = n * rowu + np.uint64(c * tp + t) * ppu
+                    for i in range(p):
+                        s = src + np.uint64(i) * wu
+                        d = dst + np.uint64(i) * pu
+                        for j in range(pu):
+                            out_units[d + np.uint64(j)] = band_units[s + np.uint64(j)]
+    return out_units
+
+
 _patchify_kernel = compile_kernel(_patchify_loop)   # None without numba: the NumPy path
+_resize_patches_kernel = compile_kernel(_resize_patches_loop)
 
 
 def _read_json(path: Path) -> dict:

@@ -38,7 +38,6 @@ import numpy as np
 
 from ...errors import bad_request
 from ..items import Field, ProcessedItem
-from ..resize import resize_bicubic_aa
 from ..video import qwen3_vl_indices
 from .qwen2_vl import Qwen2VLProcessor, _read_json
 
@@ -138,8 +137,7 @@ class Qwen3VLProcessor(Qwen2VLProcessor):
     def process_video(self, frames: np.ndarray, timestamps: list[float], param: str | None = None) -> ProcessedItem:
         """The sampled RGB frames ``[T, H, W, 3]`` uint8 and their timestamps → the ``video`` item vLLM builds."""
         height, width = self._video_size(len(frames), frames.shape[1], frames.shape[2], param)
-        resized = np.stack([resize_bicubic_aa(f, height, width) for f in frames])
-        patches, grid = self._patchify(resized)
+        patches, grid = self.resize_patchify(frames, height, width)
         per_frame = grid[1] * grid[2] // (self.merge_size ** 2)
         return ProcessedItem(
             modality="video",
