@@ -45,6 +45,8 @@ from typing import Any, Callable
 
 import tokenizers
 
+from .ids_json import IdsJson, TokenIds
+
 __all__ = ["SegmentSplitter", "SegmentCache", "PrefixCache", "pipeline_spec", "split_blockers"]
 
 
@@ -342,6 +344,10 @@ class SegmentCache:
             }
 
 
+# Estimated bytes per id of a prompt's kept JSON (up to six digits and a comma).
+_JSON_BYTES_PER_ID = 7
+
+
 def common_prefix_length(a: str, b: str) -> int:
     """How many first characters ``a`` and ``b`` share (compared block by block, growing)."""
     n, i, step = min(len(a), len(b)), 0, 4096
@@ -360,13 +366,22 @@ def common_prefix_length(a: str, b: str) -> int:
 class _Prompt:
     """A prompt seen before: its text, ids, and ``cuts``, ascending ``(offset after a cut
     token, ids before it)`` at which the text may be cut and its ids with it (None until
-    first needed)."""
+    first needed), and ``json``, the `IdsJson` of its ids (built when first needed).
 
-    __slots__ = ("text", "ids", "cuts", "size", "key")
+    ``ids`` is a tuple (a cold prompt) or the `TokenIds` handed to the caller (an extended
+    one, shared to save a copy of the whole list): `intact` says whether the caller changed it."""
 
-    def __init__(self, text: str, ids: list[int] | tuple[int, ...], cuts: list[tuple[int, int]] | None) -> None:
-        self.text, self.ids, self.cuts, self.key = text, ids, cuts, -1
-        self.size = sys.getsizeof(text) + SegmentCache._BYTES_PER_ID * len(ids) + 64 * len(cuts or ()) + 400
+    __slots__ = ("text", "ids", "cuts", "size", "key", "json")
+
+    def __init__(self, text: str, ids: tuple[int, ...] | TokenIds, cuts: list[tuple[int, int]] | None,
+                 json: IdsJson) -> None:
+        self.text, self.ids, self.cuts, self.key, self.json = text, ids, cuts, -1, json
+        self.size = (sys.getsizeof(text) + (SegmentCache._BYTES_PER_ID + _JSON_BYTES_PER_ID) * len(ids)
+                     + 64 * len(cuts or ()) + 400)
+
+    def intact(self) -> bool:
+        """False when the caller has changed the shared ids list since."""
+        return self.ids.__class__ is tuple or self.ids.encoding is self.json
 
 
 class PrefixCache:
@@ -419,7 +434,11 @@ class PrefixCache:
         self.bytes = self.hits = self.misses = self.evictions = self.reused_tokens = self.encoded_tokens = 0
 
     def encode(self, text: str) -> list[int]:
-        """Ids of ``text`` (equal to ``encode(text)``), reusing a cached prompt's where it can."""
+        """Ids of ``text`` (equal to ``encode(text)``), reusing a cached prompt's where it can.
+
+        A prompt that extends a cached one comes back as a `TokenIds` carrying its JSON
+        encoding, itself mostly the cached prompt's (`ids_json`); the caller may change it
+        (the cache then stops using it) but gains nothing by copying it."""
         if self.max_bytes == 0 or len(text) < self.MIN_CHARS:
             return self._encode(text)
         found = self._find(text)
@@ -427,18 +446,25 @@ class PrefixCache:
             # Its cuts are found when a later prompt first extends it (`_cuts`); until then it may
             # be one-shot traffic: its ids as a tuple, which the garbage collector stops scanning.
             ids = self._encode(text)
-            self._store(_Prompt(text, tuple(ids), None), None, 0, len(ids))
+            kept = tuple(ids)
+            self._store(_Prompt(text, kept, None, IdsJson(b"[", kept)), None, 0, len(ids))
             return ids
         replaced, (start, reused) = found
         parts = self.splitter.split(text[start:])
         tail, sizes = self._encode_parts(parts)
         kept = replaced.ids
-        ids = kept[:reused] if kept.__class__ is list else list(itertools.islice(kept, reused))
-        ids += tail
+        ids = TokenIds()
+        if reused * 2 >= len(kept):  # one copy of the list, then drop the few ids past the cut
+            list.extend(ids, kept)
+            list.__delitem__(ids, slice(reused, None))
+        else:
+            list.extend(ids, kept[:reused])
+        list.extend(ids, tail)
+        ids._json = IdsJson(replaced.json.head(kept, reused), tail)
         cuts = [c for c in self._cuts(replaced) if c[0] <= start]
         cuts += [(c, n + reused) for c, n in self.splitter.cut_ends(start, parts, sizes)]
-        self._store(_Prompt(text, ids, cuts), replaced, reused, len(ids) - reused)
-        return list(ids)  # the caller's own list: the cached one must never change
+        self._store(_Prompt(text, ids, cuts, ids.encoding), replaced, reused, len(ids) - reused)
+        return ids
 
     def _cuts(self, prompt: _Prompt) -> list[tuple[int, int]]:
         """``prompt.cuts``, found in its last `WINDOW` characters the first time they are asked for."""
@@ -470,6 +496,10 @@ class PrefixCache:
         with self._lock:
             keys = self._heads.get(text[:self.HEAD_CHARS], ())
             entries = [self._entries[k] for k in reversed(keys)]
+            for entry in [e for e in entries if not e.intact()]:  # a caller changed its ids list
+                self._drop(entry.key)
+                self.evictions += 1
+                entries.remove(entry)
         partial = []
         for entry in entries:
             if text.startswith(entry.text):
