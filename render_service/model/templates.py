@@ -124,6 +124,12 @@ MAX_REPEAT = 1 << 20
 
 
 _DICT_ATTRIBUTES = frozenset(dir(dict))
+# Attributes the sandbox would hand out as they are, whatever the object (`_BoundedSandbox.getattr`):
+# a string's methods but ``format``/``format_map`` (which it wraps), a loop's public fields.
+_PLAIN_ATTRIBUTES: dict[type, frozenset[str]] = {
+    str: frozenset(n for n in dir(str) if not n.startswith("_") and n not in ("format", "format_map")),
+    jinja2.runtime.LoopContext: frozenset(n for n in dir(jinja2.runtime.LoopContext) if not n.startswith("_")),
+}
 
 
 class _BoundedSandbox(ImmutableSandboxedEnvironment):
@@ -132,7 +138,8 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
 
     Faster, same answers: ``message.content`` on a plain dict is looked up as an item at
     once (a dict has an attribute only if ``dict`` itself does, so Jinja's attribute-first
-    try would fail), and the safety verdict of an attribute is remembered per (type, name),
+    try would fail), a string's methods and a loop's fields (``content.startswith``,
+    ``loop.last``: always safe, never a wrapped ``format``) are handed out at once, and the safety verdict of an attribute is remembered per (type, name),
     the only things jinja2's checks read (``is_internal_attribute``, ``modifies_known_mutable``).
     Together they were most of a long agent prompt's render time."""
 
@@ -140,11 +147,14 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
     _verdicts: dict[tuple[type, str], bool] = {}
 
     def getattr(self, obj: Any, attribute: str) -> Any:
-        if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+        kind = type(obj)
+        if kind is dict and attribute not in _DICT_ATTRIBUTES:
             try:
                 return obj[attribute]
             except KeyError:
                 pass
+        elif attribute in _PLAIN_ATTRIBUTES.get(kind, ()):
+            return getattr(obj, attribute)
         return super().getattr(obj, attribute)
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
