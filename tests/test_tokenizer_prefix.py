@@ -20,7 +20,7 @@ import tokenizers
 from conftest import MODELS, needs_shared
 from render_service.tokenizer import TextTokenizer
 from render_service.tokenizer.corpus import chat_like_prompts
-from render_service.tokenizer.ids_json import IdsJson, TokenIds, ids_fragment
+from render_service.tokenizer.ids_json import IdsJson, TokenIds, ids_fragment, release
 from render_service.tokenizer.segments import PrefixCache, common_prefix_length
 
 _CODE = "".join(f"def f{i}(x):\n    return x * {i}  # naïve café 東京 {i ** 3}\n\n" for i in range(400))
@@ -34,7 +34,8 @@ def _load(name: str, **kwargs) -> tuple[TextTokenizer, tokenizers.Tokenizer]:
 def _check(tt: TextTokenizer, hf: tokenizers.Tokenizer, texts: list[str]) -> int:
     """Each text's ids equal the reference's, and so does their JSON (`ids_json`: a reused
     prompt's kept encoding + the new ids'); returns how many came with a kept encoding. Every
-    other answer is serialised, so a later prompt finds its predecessor's JSON built or not."""
+    other answer is serialised and then released as the render route does, so a later prompt
+    finds its predecessor's JSON built or not, and its list taken over or copied."""
     kept = 0
     for k, text in enumerate(texts):
         ids, ref = tt.encode(text), hf.encode(text, add_special_tokens=False).ids
@@ -43,6 +44,7 @@ def _check(tt: TextTokenizer, hf: tokenizers.Tokenizer, texts: list[str]) -> int
             kept += ids_fragment(ids) is not ids
             assert orjson.dumps({"token_ids": ids_fragment(ids)}) == orjson.dumps({"token_ids": ref}), \
                 f"text {k}: JSON differs"
+            release(ids)
     return kept
 
 
@@ -176,6 +178,46 @@ def test_a_changed_ids_list_is_neither_sent_nor_reused():
         _check(tt, hf, [texts[2 + 2 * k]])  # the changed entry is dropped, not extended
         after = tt.prefix_stats()
         assert after["evictions"] == before["evictions"] + 1 and after["misses"] == before["misses"] + 1
+
+
+@needs_shared
+def test_a_released_list_becomes_the_next_turns():
+    tt, hf = _load("qwen3")
+    texts = [f"<|im_start|>user\n{_CODE[:6000]}<|im_end|>\n<|im_start|>assistant\n"]
+    for k in range(4):
+        texts.append(texts[-1] + f"Step {k}.<|im_end|>\n<|im_start|>user\n{_CODE[k * 900:(k + 1) * 900]}<|im_end|>\n")
+    _check(tt, hf, texts[:1])
+    first = tt.encode(texts[1])
+    kept = tt.encode(texts[2])  # not released: the next turn copies it
+    assert kept is not first and kept == hf.encode(texts[2]).ids
+    release(kept)
+    taken = tt.encode(texts[3])  # released: the next turn takes the list over
+    assert taken is kept and taken == hf.encode(texts[3]).ids
+    assert orjson.dumps(ids_fragment(taken)) == orjson.dumps(hf.encode(texts[3]).ids)
+    release(taken)
+    assert tt.encode(texts[3]) is taken  # the same prompt again: taken over once more
+    before = tt.prefix_stats()["hits"]
+    _check(tt, hf, texts[1:2])  # the older entry was replaced by its extension, not left to be changed
+    assert tt.prefix_stats()["hits"] == before + 1
+
+
+@needs_shared
+def test_a_list_taken_over_while_read_is_not_used(monkeypatch):
+    tt, hf = _load("qwen3")
+    texts = [f"<|im_start|>user\n{_CODE[:6000]}<|im_end|>\n<|im_start|>assistant\n"]
+    texts += [texts[0] + "Step.<|im_end|>\n<|im_start|>user\nok<|im_end|>\n"]
+    texts += [texts[1] + "Done.<|im_end|>\n"]
+    _check(tt, hf, texts[:2])
+    cache = tt._prefix
+
+    def taken_meanwhile(prompt):  # another request claims the list just as this one reads it
+        prompt.claimed = True
+        list.__delitem__(prompt.ids, slice(len(prompt.ids) // 2, None))
+        list.extend(prompt.ids, [0] * 50)
+        return None
+
+    monkeypatch.setattr(cache, "_claim", taken_meanwhile)
+    assert tt.encode(texts[2]) == hf.encode(texts[2]).ids
 
 
 def test_ids_json_heads_and_tails():

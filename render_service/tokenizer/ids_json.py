@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 
 import orjson
 
-__all__ = ["IdsJson", "TokenIds", "ids_fragment"]
+__all__ = ["IdsJson", "TokenIds", "ids_fragment", "release"]
 
 
 class IdsJson:
@@ -82,14 +82,22 @@ class TokenIds(list):
 
     Behaves as a list everywhere (orjson serialises it as one). Any change to it (item or
     slice assignment, deletion, ``+=``, ``*=``, append, extend, insert, pop, remove,
-    clear, sort, reverse) drops the encoding; slices and copies are plain lists.
+    clear, sort, reverse) drops the encoding; slices and copies are plain lists. A list from
+    `segments.PrefixCache` is shared with the cache: `release` it when done with it.
     """
 
-    __slots__ = ("_json",)
+    __slots__ = ("_json", "released")
 
     def __init__(self, ids: Iterable[int] = (), json: IdsJson | None = None) -> None:
         super().__init__(ids)
         self._json = json
+        self.released = False
+
+    def release(self) -> None:
+        """The caller is done with this list and holds no reference it will use again: the
+        prefix cache that made it may change it in place into the ids of the next prompt that
+        extends it, instead of copying it (a 136k-id list: ~0.4 ms)."""
+        self.released = True
 
     @property
     def encoding(self) -> IdsJson | None:
@@ -115,6 +123,12 @@ class TokenIds(list):
     clear = _forgets_json("clear")
     sort = _forgets_json("sort")
     reverse = _forgets_json("reverse")
+
+
+def release(ids: list[int]) -> None:
+    """`TokenIds.release` ``ids`` when it is one (after its answer's bytes are built)."""
+    if ids.__class__ is TokenIds:
+        ids.release()
 
 
 def ids_fragment(ids: list[int]) -> list[int] | orjson.Fragment:

@@ -369,13 +369,15 @@ class _Prompt:
     first needed), and ``json``, the `IdsJson` of its ids (built when first needed).
 
     ``ids`` is a tuple (a cold prompt) or the `TokenIds` handed to the caller (an extended
-    one, shared to save a copy of the whole list): `intact` says whether the caller changed it."""
+    one, shared to save a copy of the whole list): `intact` says whether the caller changed it,
+    and once the caller has released it the next prompt extending it takes the list over."""
 
-    __slots__ = ("text", "ids", "cuts", "size", "key", "json")
+    __slots__ = ("text", "ids", "cuts", "size", "key", "json", "claimed")
 
     def __init__(self, text: str, ids: tuple[int, ...] | TokenIds, cuts: list[tuple[int, int]] | None,
                  json: IdsJson) -> None:
         self.text, self.ids, self.cuts, self.key, self.json = text, ids, cuts, -1, json
+        self.claimed = False  # its ids list was taken over by a prompt extending it (`PrefixCache._claim`)
         self.size = (sys.getsizeof(text) + (SegmentCache._BYTES_PER_ID + _JSON_BYTES_PER_ID) * len(ids)
                      + 64 * len(cuts or ()) + 400)
 
@@ -447,23 +449,44 @@ class PrefixCache:
             # be one-shot traffic: its ids as a tuple, which the garbage collector stops scanning.
             ids = self._encode(text)
             kept = tuple(ids)
-            self._store(_Prompt(text, kept, None, IdsJson(b"[", kept)), None, 0, len(ids))
+            self._store(_Prompt(text, kept, None, IdsJson(b"[", kept)), None, False, 0, len(ids))
             return ids
-        replaced, (start, reused) = found
+        replaced, (start, reused), extends = found
         parts = self.splitter.split(text[start:])
         tail, sizes = self._encode_parts(parts)
         kept = replaced.ids
-        ids = TokenIds()
-        if reused * 2 >= len(kept):  # one copy of the list, then drop the few ids past the cut
-            list.extend(ids, kept)
+        cuts = [c for c in self._cuts(replaced) if c[0] <= start]
+        head = replaced.json.head(kept, reused)  # before `kept` may change below
+        ids = self._claim(replaced) if extends else None
+        if ids is not None:  # released by its caller: the list itself becomes this prompt's
             list.__delitem__(ids, slice(reused, None))
         else:
-            list.extend(ids, kept[:reused])
+            ids = TokenIds()
+            if reused * 2 >= len(kept):  # one copy of the list, then drop the few ids past the cut
+                list.extend(ids, kept)
+                list.__delitem__(ids, slice(reused, None))
+            else:
+                list.extend(ids, kept[:reused])
+            if replaced.claimed:  # another request took that list while it was read here: start over
+                return self._encode(text)
         list.extend(ids, tail)
-        ids._json = IdsJson(replaced.json.head(kept, reused), tail)
-        cuts = [c for c in self._cuts(replaced) if c[0] <= start]
+        ids._json = IdsJson(head, tail)
         cuts += [(c, n + reused) for c, n in self.splitter.cut_ends(start, parts, sizes)]
-        self._store(_Prompt(text, ids, cuts, ids.encoding), replaced, reused, len(ids) - reused)
+        self._store(_Prompt(text, ids, cuts, ids.encoding), replaced, extends, reused, len(ids) - reused)
+        return ids
+
+    def _claim(self, prompt: _Prompt) -> TokenIds | None:
+        """``prompt``'s ids list, taken out of the cache, when its caller has released it
+        (`TokenIds.release`) unchanged; else None."""
+        ids = prompt.ids
+        if ids.__class__ is not TokenIds or not ids.released:
+            return None
+        with self._lock:
+            if not (ids.released and prompt.intact() and self._entries.get(prompt.key) is prompt):
+                return None
+            ids.released = False
+            prompt.claimed = True  # before the list changes: a reader in flight sees it and starts over
+            self._drop(prompt.key)  # nobody else may extend it from now on
         return ids
 
     def _cuts(self, prompt: _Prompt) -> list[tuple[int, int]]:
@@ -490,8 +513,9 @@ class PrefixCache:
                 ids.append(part)
         return ids, sizes
 
-    def _find(self, text: str) -> tuple[_Prompt, tuple[int, int]] | None:
-        """The cached prompt to extend and its cut ``(offset, ids before)``, or None."""
+    def _find(self, text: str) -> tuple[_Prompt, tuple[int, int], bool] | None:
+        """The cached prompt to extend, its cut ``(offset, ids before)`` and whether ``text``
+        starts with all of it; or None."""
         reach = self.splitter.longest_token
         with self._lock:
             keys = self._heads.get(text[:self.HEAD_CHARS], ())
@@ -505,13 +529,13 @@ class PrefixCache:
             if text.startswith(entry.text):
                 cut = self._last_cut(entry, len(entry.text) - reach)
                 if cut is not None:
-                    return entry, cut
+                    return entry, cut, True
             elif len(partial) < self.PARTIAL_CANDIDATES:
                 partial.append(entry)
         for entry in partial:
             cut = self._last_cut(entry, common_prefix_length(text, entry.text) - reach)
             if cut is not None:
-                return entry, cut
+                return entry, cut, False
         return None
 
     def _last_cut(self, entry: _Prompt, limit: int) -> tuple[int, int] | None:
@@ -519,13 +543,13 @@ class PrefixCache:
         k = bisect.bisect_right(cuts, (limit, float("inf")))
         return cuts[k - 1] if k else None
 
-    def _store(self, prompt: _Prompt, replaced: _Prompt | None, reused: int, encoded: int) -> None:
+    def _store(self, prompt: _Prompt, replaced: _Prompt | None, extends: bool, reused: int, encoded: int) -> None:
         with self._lock:
             if replaced is None:
                 self.misses += 1
             else:
                 self.hits += 1
-                if prompt.text.startswith(replaced.text) and replaced.key in self._entries:
+                if extends and self._entries.get(replaced.key) is replaced:
                     self._drop(replaced.key)  # the conversation moved on: keep the newer one
             self.reused_tokens += reused
             self.encoded_tokens += encoded
