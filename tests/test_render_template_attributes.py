@@ -32,6 +32,9 @@ CONVERSATIONS = [
      {"role": "user", "content": "Thanks"}],
     [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": " Hi.\n"},
      {"role": "user", "content": "Bye"}],
+    [{"role": "user", "content": "Read it", "name": None},  # null fields left out, null content kept
+     {"role": "assistant", "content": None, "tool_calls": [CALL], "reasoning": "Look first.", "thinking": None},
+     {"role": "tool", "tool_call_id": "call_1", "content": "x = 1"}],
 ]
 
 
@@ -47,7 +50,8 @@ def _plain_sandbox() -> ImmutableSandboxedEnvironment:
 
 def _both(source: str, messages: list[dict], **kwargs) -> tuple[str, str]:
     ours = ChatTemplate(source).render(json.loads(json.dumps(messages)), **kwargs)
-    chat = [templates._alias_reasoning(dict(m)) for m in json.loads(json.dumps(messages))]
+    chat = [templates._alias_reasoning({k: v for k, v in m.items() if v is not None or k == "content"})
+            for m in json.loads(json.dumps(messages))]
     theirs = _plain_sandbox().from_string(source).render(messages=chat, **kwargs)
     return ours, theirs
 
@@ -72,18 +76,22 @@ def test_every_template_renders_as_jinja2s_own_sandbox(name):
 def test_string_methods_and_loop_fields():
     source = ("{% for m in messages %}{{ loop.index0 }}/{{ loop.length }}{{ '!' if loop.last }}{{ loop.revindex }}"
               "{{ m.content.strip().upper().split('B') | join('|') }}{{ m.content.startswith('<') }}"
-              "{{ loop.cycle('a', 'b') }}{{ m.content.lstrip('\\n').replace('T', 't') }}{% endfor %}")
+              "{{ loop.cycle('a', 'b') }}{{ m.content.lstrip('\\n').replace('T', 't') }}{% endfor %}"
+              "{% set ns = namespace(n=0, f='<{}>'.format) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+              "{% endfor %}{{ ns.n }}{{ ns.f(ns.n) }}[{{ ns.missing }}]{{ ns.missing is defined }}")
     ours, theirs = _both(source, CONVERSATIONS[1])
-    assert ours == theirs and "!" in ours
+    assert ours == theirs and "!" in ours and "<5>[]False" in ours
 
 
 @pytest.mark.parametrize("source", ["{{ '{0.__class__.__mro__}'.format(messages[0].content) }}",
+                                    "{% set ns = namespace(f='{0.__class__}'.format) %}{{ ns.f(messages) }}",
                                     "{{ '{x.__class__}'.format_map({'x': messages}) }}",
-                                    "{{ messages[0].content.__class__ }}", "{{ loop_ }}{% for m in messages %}"
-                                    "{{ loop._after }}{% endfor %}"])
+                                    "{{ messages[0].content.__class__ }}",
+                                    "{% set ns = namespace(a='secret') %}{{ ns._Namespace__attrs }}",
+                                    "{% for m in messages %}{{ loop._after }}{% endfor %}"])
 def test_what_stays_sandboxed(source):
     try:
         out = ChatTemplate(source).render([{"role": "user", "content": "hi"}])
     except TemplateRenderError:
         return
-    assert "class" not in out and "after" not in out.lower(), out
+    assert "class" not in out and "after" not in out.lower() and "secret" not in out, out
