@@ -191,8 +191,9 @@ def test_a_released_list_becomes_the_next_turns():
     kept = tt.encode(texts[2])  # not released: the next turn copies it
     assert kept is not first and kept == hf.encode(texts[2]).ids
     release(kept)
+    assert tt.prefix_stats()["taken_over"] == 0
     taken = tt.encode(texts[3])  # released: the next turn takes the list over
-    assert taken is kept and taken == hf.encode(texts[3]).ids
+    assert taken is kept and taken == hf.encode(texts[3]).ids and tt.prefix_stats()["taken_over"] == 1
     assert orjson.dumps(ids_fragment(taken)) == orjson.dumps(hf.encode(texts[3]).ids)
     release(taken)
     assert tt.encode(texts[3]) is taken  # the same prompt again: taken over once more

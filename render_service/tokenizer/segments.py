@@ -434,6 +434,7 @@ class PrefixCache:
         self._lock = threading.Lock()
         self._next_key = 0
         self.bytes = self.hits = self.misses = self.evictions = self.reused_tokens = self.encoded_tokens = 0
+        self.taken_over = 0  # released id lists that became the next prompt's (`_claim`)
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``text`` (equal to ``encode(text)``), reusing a cached prompt's where it can.
@@ -485,6 +486,7 @@ class PrefixCache:
             if not (ids.released and prompt.intact() and self._entries.get(prompt.key) is prompt):
                 return None
             ids.released = False
+            self.taken_over += 1
             prompt.claimed = True  # before the list changes: a reader in flight sees it and starts over
             self._drop(prompt.key)  # nobody else may extend it from now on
         return ids
@@ -591,8 +593,10 @@ class PrefixCache:
 
     def stats(self) -> dict[str, int]:
         """Counters since creation (``hits``, ``misses``, ``evictions``, ``reused_tokens``,
-        ``encoded_tokens``) and current ``entries``, ``bytes``, ``max_bytes``."""
+        ``encoded_tokens``, ``taken_over``: released id lists that became the next prompt's)
+        and current ``entries``, ``bytes`` (ids, text and the ids' JSON), ``max_bytes``."""
         with self._lock:
             return {"hits": self.hits, "misses": self.misses, "evictions": self.evictions,
                     "reused_tokens": self.reused_tokens, "encoded_tokens": self.encoded_tokens,
+                    "taken_over": self.taken_over,
                     "entries": len(self._entries), "bytes": self.bytes, "max_bytes": self.max_bytes}
