@@ -160,12 +160,18 @@ def test_memory_is_bounded_and_counted():
     assert off.prefix_stats()["enabled"] == 0 and off.encode(texts[0]) == hf.encode(texts[0]).ids
 
 
+def _turns(n: int) -> list[str]:
+    """A first prompt and ``n`` turns, each extending the last."""
+    texts = [f"<|im_start|>user\n{_CODE[:6000]}<|im_end|>\n<|im_start|>assistant\n"]
+    for k in range(n):
+        texts.append(texts[-1] + f"Step {k}.<|im_end|>\n<|im_start|>user\n{_CODE[k * 900:(k + 1) * 900]}<|im_end|>\n")
+    return texts
+
+
 @needs_shared
 def test_a_changed_ids_list_is_neither_sent_nor_reused():
     tt, hf = _load("qwen3")
-    texts = [f"<|im_start|>user\n{_CODE[:6000]}<|im_end|>\n<|im_start|>assistant\n"]
-    for k in range(11):
-        texts.append(texts[-1] + f"Step {k}.<|im_end|>\n<|im_start|>user\n{_CODE[k * 900:(k + 1) * 900]}<|im_end|>\n")
+    texts = _turns(11)
     _check(tt, hf, texts[:1])
     changes = [lambda ids: ids.append(7), lambda ids: ids.__setitem__(0, 9), lambda ids: ids.sort(),
                lambda ids: ids.__delitem__(slice(-3, None)), lambda ids: ids.__iadd__([1, 2])]
@@ -183,9 +189,7 @@ def test_a_changed_ids_list_is_neither_sent_nor_reused():
 @needs_shared
 def test_a_released_list_becomes_the_next_turns():
     tt, hf = _load("qwen3")
-    texts = [f"<|im_start|>user\n{_CODE[:6000]}<|im_end|>\n<|im_start|>assistant\n"]
-    for k in range(4):
-        texts.append(texts[-1] + f"Step {k}.<|im_end|>\n<|im_start|>user\n{_CODE[k * 900:(k + 1) * 900]}<|im_end|>\n")
+    texts = _turns(4)
     _check(tt, hf, texts[:1])
     first = tt.encode(texts[1])
     kept = tt.encode(texts[2])  # not released: the next turn copies it

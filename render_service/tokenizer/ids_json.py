@@ -77,6 +77,18 @@ def _forgets_json(name: str):
     return changed
 
 
+# The list methods that change a list in place: each drops a `TokenIds`' kept encoding.
+_CHANGING = ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend", "insert", "pop", "remove",
+             "clear", "sort", "reverse")
+
+
+def _forgetting(cls: type) -> type:
+    for name in _CHANGING:
+        setattr(cls, name, _forgets_json(name))
+    return cls
+
+
+@_forgetting
 class TokenIds(list):
     """A ``list[int]`` of token ids that may carry its JSON encoding (`IdsJson`).
 
@@ -110,19 +122,6 @@ class TokenIds(list):
 
     def __reduce_ex__(self, protocol):  # pickle / copy: a plain list, never a stale encoding
         return list, (list(self),)
-
-    __setitem__ = _forgets_json("__setitem__")
-    __delitem__ = _forgets_json("__delitem__")
-    __iadd__ = _forgets_json("__iadd__")
-    __imul__ = _forgets_json("__imul__")
-    append = _forgets_json("append")
-    extend = _forgets_json("extend")
-    insert = _forgets_json("insert")
-    pop = _forgets_json("pop")
-    remove = _forgets_json("remove")
-    clear = _forgets_json("clear")
-    sort = _forgets_json("sort")
-    reverse = _forgets_json("reverse")
 
 
 def release(ids: list[int]) -> None:
