@@ -20,7 +20,7 @@ import tokenizers
 from conftest import MODELS, needs_shared
 from render_service.tokenizer import TextTokenizer
 from render_service.tokenizer.corpus import chat_like_prompts
-from render_service.tokenizer.ids_json import IdsJson, TokenIds, ids_fragment, release
+from render_service.tokenizer.ids_json import IdsJson, TokenIds, dumps_answer, release
 from render_service.tokenizer.segments import PrefixCache, common_prefix_length
 
 _CODE = "".join(f"def f{i}(x):\n    return x * {i}  # naïve café 東京 {i ** 3}\n\n" for i in range(400))
@@ -41,9 +41,11 @@ def _check(tt: TextTokenizer, hf: tokenizers.Tokenizer, texts: list[str]) -> int
         ids, ref = tt.encode(text), hf.encode(text, add_special_tokens=False).ids
         assert ids == ref, f"text {k} differs"
         if k % 2 == 0 or k == len(texts) - 1:
-            kept += ids_fragment(ids) is not ids
-            assert orjson.dumps({"token_ids": ids_fragment(ids)}) == orjson.dumps({"token_ids": ref}), \
-                f"text {k}: JSON differs"
+            kept += isinstance(ids, TokenIds) and ids.encoding is not None
+            if k % 4 == 2 and isinstance(ids, TokenIds):  # built on its own first, then written into the answer
+                assert ids.json() == orjson.dumps(ref), f"text {k}: JSON differs"
+            answer = {"request_id": "r\0", "token_ids": ids, "parse_context": {"token_ids": 0}}
+            assert dumps_answer(answer) == orjson.dumps({**answer, "token_ids": ref}), f"text {k}: JSON differs"
             release(ids)
     return kept
 
@@ -179,7 +181,7 @@ def test_a_changed_ids_list_is_neither_sent_nor_reused():
         ids = tt.encode(texts[1 + 2 * k])
         assert isinstance(ids, TokenIds) and ids.encoding is not None
         change(ids)  # the caller changes the list the cache shares with it
-        assert ids.encoding is None and orjson.dumps(ids_fragment(ids)) == orjson.dumps(list(ids))
+        assert ids.encoding is None and dumps_answer({"token_ids": ids}) == orjson.dumps({"token_ids": list(ids)})
         before = tt.prefix_stats()
         _check(tt, hf, [texts[2 + 2 * k]])  # the changed entry is dropped, not extended
         after = tt.prefix_stats()
@@ -198,7 +200,7 @@ def test_a_released_list_becomes_the_next_turns():
     assert tt.prefix_stats()["taken_over"] == 0
     taken = tt.encode(texts[3])  # released: the next turn takes the list over
     assert taken is kept and taken == hf.encode(texts[3]).ids and tt.prefix_stats()["taken_over"] == 1
-    assert orjson.dumps(ids_fragment(taken)) == orjson.dumps(hf.encode(texts[3]).ids)
+    assert taken.json() == orjson.dumps(hf.encode(texts[3]).ids)
     release(taken)
     assert tt.encode(texts[3]) is taken  # the same prompt again: taken over once more
     before = tt.prefix_stats()["hits"]
@@ -234,8 +236,11 @@ def test_ids_json_heads_and_tails():
         n = rng.randrange(0, len(ids) + 1)
         tail = [rng.randrange(0, 200_000) for _ in range(rng.randrange(0, 5))]
         grown = TokenIds(ids[:n] + tail, IdsJson(enc.head(ids, n), tail))
+        answer = {"request_id": "a\0b", "token_ids": grown, "n": None}
+        assert dumps_answer(answer) == orjson.dumps({**answer, "token_ids": ids[:n] + tail})  # written in place
+        m = rng.randrange(0, len(grown) + 1)  # the next turn's head, from the answer's bytes
+        assert IdsJson(grown.encoding.head(grown, m), [1]).bytes() == orjson.dumps(grown[:m] + [1])
         assert grown.json() == orjson.dumps(ids[:n] + tail)
-        assert orjson.dumps(ids_fragment(grown)) == orjson.dumps(list(grown))
 
 
 def test_common_prefix_length():

@@ -13,7 +13,7 @@ from ..doors import DOORS
 from ..doors.completions import render_completion
 from ..render import new_request_id, render_chat
 from ..render.tool_constraints import unenforced
-from ..tokenizer.ids_json import ids_fragment, release
+from ..tokenizer.ids_json import dumps_answer, release
 from ..render.media import chat_media_parts, load_media_input, mm_payload
 from ..wire.openai import ChatCompletionRequest, CompletionRequest
 from .common import AppContext, JSONResponse, read_json, validate
@@ -65,7 +65,7 @@ def routes(ctx: AppContext) -> list[Route]:
                 body = await ctx.run_cpu(orjson.dumps, out, deadline=False)
                 return Response(body, media_type="application/json", headers=headers)
             # a prompt that extended a cached one brings most of its ids' JSON along (tokenizer.ids_json)
-            response = JSONResponse({**out, "token_ids": ids_fragment(out["token_ids"])}, headers=headers)
+            response = Response(dumps_answer(out), media_type="application/json", headers=headers)
         release(out["token_ids"])  # the answer's bytes are built: the next turn may take the list over
         return response
 

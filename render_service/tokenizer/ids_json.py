@@ -3,7 +3,8 @@
 A render answer's bytes are mostly its ``token_ids`` (a 136k-token prompt: about 800 KB,
 1-1.5 ms of ``orjson.dumps``). When a prompt extends one seen before (`segments.PrefixCache`,
 turn k of an agent loop), its ids start with that prompt's ids, so the JSON of the answer
-starts with that prompt's JSON: `IdsJson` keeps those bytes and appends only the new ids'.
+starts with that prompt's JSON: `IdsJson` keeps those bytes and appends only the new ids',
+written once, straight into the answer (`dumps_answer`), where the next turn finds them.
 
 Why it is exact. orjson writes a list of ints as ``[`` + the decimal ints joined by ``,`` +
 ``]``, each int independently of its neighbours. So for ids ``a + b`` the bytes are the
@@ -19,11 +20,12 @@ from typing import Iterable, Sequence
 
 import orjson
 
-__all__ = ["IdsJson", "TokenIds", "ids_fragment", "release"]
+__all__ = ["IdsJson", "TokenIds", "dumps_answer", "release"]
 
 
 class IdsJson:
-    """The JSON array (orjson's bytes, ``[1,2,3]``) of a list of ids, built on first use.
+    """The JSON array (orjson's bytes, ``[1,2,3]``) of a list of ids, built on first use:
+    on its own (`bytes`) or written straight into an answer (`splice_into`).
 
     Args:
         head: the encoding of the first ids, ``[`` followed by each id and a ``,`` (just
@@ -31,33 +33,50 @@ class IdsJson:
         tail: the remaining ids (not copied: the caller never changes them).
     """
 
-    __slots__ = ("_parts", "_bytes")
+    __slots__ = ("_parts", "_bytes", "_view")
 
     def __init__(self, head: bytes | memoryview, tail: Sequence[int]) -> None:
         self._parts: tuple[bytes | memoryview, Sequence[int]] | None = (head, tail)
         self._bytes: bytes | None = None
+        self._view: memoryview | None = None  # the encoding inside the answer it was written into
+
+    def _pieces(self) -> tuple | None:
+        """What the encoding joins from (None once built): the head, then the tail's ids."""
+        parts = self._parts
+        if parts is None:
+            return None
+        head, tail = parts
+        if tail:
+            return head, memoryview(orjson.dumps(tail))[1:]
+        return (b"[]",) if len(head) == 1 else (memoryview(head)[:-1], b"]")
 
     def bytes(self) -> bytes:
         """The JSON array of all the ids (equal to ``orjson.dumps(list(ids))``). Thread-safe:
         two threads asking at once may both build it, never see it half-built."""
-        out = self._bytes
-        if out is None:
-            parts = self._parts
-            if parts is None:  # another thread built it since
-                return self._bytes
-            head, tail = parts
-            if tail:
-                out = b"".join((head, memoryview(orjson.dumps(tail))[1:]))
-            else:
-                out = b"[]" if len(head) == 1 else b"".join((memoryview(head)[:-1], b"]"))
-            self._bytes = out
-            self._parts = None  # after `_bytes` is set; the head's bytes may be freed now
+        if self._bytes is None:
+            pieces = self._pieces()
+            if pieces is None:  # built since, here or inside an answer
+                return self._bytes if self._bytes is not None else bytes(self._view)
+            self._bytes = b"".join(pieces)
+            self._parts = None  # after it is built; the head's bytes may be freed now
+        return self._bytes
+
+    def splice_into(self, answer: bytes, at: int) -> bytes:
+        """``answer`` (JSON bytes with a NUL at ``at``, where these ids go) with the ids in place
+        of the NUL. Built there, the encoding stays a view of the result, not a copy of its own."""
+        pieces = self._pieces()
+        if pieces is None:
+            pieces = (self._view if self._view is not None else self._bytes,)
+        out = b"".join((memoryview(answer)[:at], *pieces, memoryview(answer)[at + 1:]))
+        if self._parts is not None:
+            self._view = memoryview(out)[at:at + len(out) - len(answer) + 1]
+            self._parts = None
         return out
 
     def head(self, ids: Sequence[int], n: int) -> memoryview:
         """The encoding of the first ``n`` of ``ids`` (the ids this object encodes) as a head:
         ``[`` + each id + ``,``. A view of `bytes`, no copy; costs an encoding of ``ids[n:]``."""
-        full = self.bytes()
+        full = self._view if self._view is not None else self.bytes()  # built either way
         if n == 0:
             return memoryview(b"[")
         if n >= len(ids):
@@ -130,9 +149,12 @@ def release(ids: list[int]) -> None:
         ids.release()
 
 
-def ids_fragment(ids: list[int]) -> list[int] | orjson.Fragment:
-    """``ids`` ready for ``orjson.dumps``: the kept encoding as a ready-made fragment when it
-    is a `TokenIds` that has one, else ``ids`` unchanged."""
-    if ids.__class__ is TokenIds and ids.encoding is not None:
-        return orjson.Fragment(ids.encoding.bytes())
-    return ids
+def dumps_answer(answer: dict, key: str = "token_ids") -> bytes:
+    """``orjson.dumps(answer)``, the ids under ``key`` written from their kept encoding
+    (`TokenIds`) straight into the result when they have one."""
+    ids = answer[key]
+    enc = ids.encoding if ids.__class__ is TokenIds else None
+    if enc is None:
+        return orjson.dumps(answer)
+    marked = orjson.dumps({**answer, key: orjson.Fragment(b"\0")})  # orjson escapes every NUL in strings
+    return enc.splice_into(marked, marked.index(b"\0"))
