@@ -140,9 +140,10 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
     once (a dict has an attribute only if ``dict`` itself does, so Jinja's attribute-first
     try would fail), a string's methods and a loop's fields (``content.startswith``,
     ``loop.last``: always safe, never a wrapped ``format``) and a ``namespace()``'s fields
-    (safe unless the name starts with ``_``) are handed out at once, and the safety verdict of an attribute is remembered per (type, name),
-    the only things jinja2's checks read (``is_internal_attribute``, ``modifies_known_mutable``).
-    Together they were most of a long agent prompt's render time."""
+    (safe unless the name starts with ``_``) are handed out at once, and the safety verdict
+    of an attribute is remembered per (type, name), the only things jinja2's checks read
+    (``is_internal_attribute``, ``modifies_known_mutable``). Together they were most of a
+    long agent prompt's render time."""
 
     intercepted_binops = frozenset(["**", "*"])
     _verdicts: dict[tuple[type, str], bool] = {}

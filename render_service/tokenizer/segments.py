@@ -34,7 +34,6 @@ only cuts where that holds:
 from __future__ import annotations
 
 import bisect
-import itertools
 import json
 import re
 import sys
