@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import random
 
+import orjson
 import pytest
 import tokenizers
 
 from conftest import MODELS, needs_shared
 from render_service.tokenizer import TextTokenizer
 from render_service.tokenizer.corpus import chat_like_prompts
+from render_service.tokenizer.ids_json import IdsJson, TokenIds, dumps_answer, release
 from render_service.tokenizer.segments import PrefixCache, common_prefix_length
 
 _CODE = "".join(f"def f{i}(x):\n    return x * {i}  # naïve café 東京 {i ** 3}\n\n" for i in range(400))
@@ -29,9 +31,23 @@ def _load(name: str, **kwargs) -> tuple[TextTokenizer, tokenizers.Tokenizer]:
     return TextTokenizer.from_hf(hf, name=name, **kwargs), hf
 
 
-def _check(tt: TextTokenizer, hf: tokenizers.Tokenizer, texts: list[str]) -> None:
+def _check(tt: TextTokenizer, hf: tokenizers.Tokenizer, texts: list[str]) -> int:
+    """Each text's ids equal the reference's, and so does their JSON (`ids_json`: a reused
+    prompt's kept encoding + the new ids'); returns how many came with a kept encoding. Every
+    other answer is serialised and then released as the render route does, so a later prompt
+    finds its predecessor's JSON built or not, and its list taken over or copied."""
+    kept = 0
     for k, text in enumerate(texts):
-        assert tt.encode(text) == hf.encode(text, add_special_tokens=False).ids, f"text {k} differs"
+        ids, ref = tt.encode(text), hf.encode(text, add_special_tokens=False).ids
+        assert ids == ref, f"text {k} differs"
+        if k % 2 == 0 or k == len(texts) - 1:
+            kept += isinstance(ids, TokenIds) and ids.encoding is not None
+            if k % 4 == 2 and isinstance(ids, TokenIds):  # built on its own first, then written into the answer
+                assert ids.json() == orjson.dumps(ref), f"text {k}: JSON differs"
+            answer = {"request_id": "r\0", "token_ids": ids, "parse_context": {"token_ids": 0}}
+            assert dumps_answer(answer) == orjson.dumps({**answer, "token_ids": ref}), f"text {k}: JSON differs"
+            release(ids)
+    return kept
 
 
 def _reused(tt: TextTokenizer) -> int:
@@ -51,7 +67,7 @@ def test_agent_loop_rendered_by_the_template_reuses_every_turn():
     trace = AgentTrace(turns=10, turn_tokens=400)
     texts = [bundle.chat_template.render(messages, tools=TOOLS, add_generation_prompt=True, **bundle.special_tokens)
              for _, messages in trace.conversation(1)]
-    _check(tt, hf, texts)
+    assert _check(tt, hf, texts) >= 4  # the serialised later turns brought their kept JSON
     stats = tt.prefix_stats()
     long_turns = sum(len(t) >= PrefixCache.MIN_CHARS for t in texts)
     assert stats["hits"] == long_turns - 1 and stats["misses"] == 1
@@ -144,6 +160,87 @@ def test_memory_is_bounded_and_counted():
     assert tt.prefix_stats()["hits"] == 6
     off, _ = _load("qwen3", prefix_cache_bytes=0)
     assert off.prefix_stats()["enabled"] == 0 and off.encode(texts[0]) == hf.encode(texts[0]).ids
+
+
+def _turns(n: int) -> list[str]:
+    """A first prompt and ``n`` turns, each extending the last."""
+    texts = [f"<|im_start|>user\n{_CODE[:6000]}<|im_end|>\n<|im_start|>assistant\n"]
+    for k in range(n):
+        texts.append(texts[-1] + f"Step {k}.<|im_end|>\n<|im_start|>user\n{_CODE[k * 900:(k + 1) * 900]}<|im_end|>\n")
+    return texts
+
+
+@needs_shared
+def test_a_changed_ids_list_is_neither_sent_nor_reused():
+    tt, hf = _load("qwen3")
+    texts = _turns(11)
+    _check(tt, hf, texts[:1])
+    changes = [lambda ids: ids.append(7), lambda ids: ids.__setitem__(0, 9), lambda ids: ids.sort(),
+               lambda ids: ids.__delitem__(slice(-3, None)), lambda ids: ids.__iadd__([1, 2])]
+    for k, change in enumerate(changes):
+        ids = tt.encode(texts[1 + 2 * k])
+        assert isinstance(ids, TokenIds) and ids.encoding is not None
+        change(ids)  # the caller changes the list the cache shares with it
+        assert ids.encoding is None and dumps_answer({"token_ids": ids}) == orjson.dumps({"token_ids": list(ids)})
+        before = tt.prefix_stats()
+        _check(tt, hf, [texts[2 + 2 * k]])  # the changed entry is dropped, not extended
+        after = tt.prefix_stats()
+        assert after["evictions"] == before["evictions"] + 1 and after["misses"] == before["misses"] + 1
+
+
+@needs_shared
+def test_a_released_list_becomes_the_next_turns():
+    tt, hf = _load("qwen3")
+    texts = _turns(4)
+    _check(tt, hf, texts[:1])
+    first = tt.encode(texts[1])
+    kept = tt.encode(texts[2])  # not released: the next turn copies it
+    assert kept is not first and kept == hf.encode(texts[2]).ids
+    release(kept)
+    assert tt.prefix_stats()["taken_over"] == 0
+    taken = tt.encode(texts[3])  # released: the next turn takes the list over
+    assert taken is kept and taken == hf.encode(texts[3]).ids and tt.prefix_stats()["taken_over"] == 1
+    assert taken.json() == orjson.dumps(hf.encode(texts[3]).ids)
+    release(taken)
+    assert tt.encode(texts[3]) is taken  # the same prompt again: taken over once more
+    before = tt.prefix_stats()["hits"]
+    _check(tt, hf, texts[1:2])  # the older entry was replaced by its extension, not left to be changed
+    assert tt.prefix_stats()["hits"] == before + 1
+
+
+@needs_shared
+def test_a_list_taken_over_while_read_is_not_used(monkeypatch):
+    tt, hf = _load("qwen3")
+    texts = [f"<|im_start|>user\n{_CODE[:6000]}<|im_end|>\n<|im_start|>assistant\n"]
+    texts += [texts[0] + "Step.<|im_end|>\n<|im_start|>user\nok<|im_end|>\n"]
+    texts += [texts[1] + "Done.<|im_end|>\n"]
+    _check(tt, hf, texts[:2])
+    cache = tt._prefix
+
+    def taken_meanwhile(prompt):  # another request claims the list just as this one reads it
+        prompt.claimed = True
+        list.__delitem__(prompt.ids, slice(len(prompt.ids) // 2, None))
+        list.extend(prompt.ids, [0] * 50)
+        return None
+
+    monkeypatch.setattr(cache, "_claim", taken_meanwhile)
+    assert tt.encode(texts[2]) == hf.encode(texts[2]).ids
+
+
+def test_ids_json_heads_and_tails():
+    rng = random.Random(3)
+    for _ in range(300):
+        ids = [rng.choice([0, 7, 42, 151_643, 99_999, 100_000]) for _ in range(rng.randrange(0, 40))]
+        enc = IdsJson(b"[", tuple(ids))
+        assert enc.bytes() == orjson.dumps(ids)
+        n = rng.randrange(0, len(ids) + 1)
+        tail = [rng.randrange(0, 200_000) for _ in range(rng.randrange(0, 5))]
+        grown = TokenIds(ids[:n] + tail, IdsJson(enc.head(ids, n), tail))
+        answer = {"request_id": "a\0b", "token_ids": grown, "n": None}
+        assert dumps_answer(answer) == orjson.dumps({**answer, "token_ids": ids[:n] + tail})  # written in place
+        m = rng.randrange(0, len(grown) + 1)  # the next turn's head, from the answer's bytes
+        assert IdsJson(grown.encoding.head(grown, m), [1]).bytes() == orjson.dumps(grown[:m] + [1])
+        assert grown.json() == orjson.dumps(ids[:n] + tail)
 
 
 def test_common_prefix_length():

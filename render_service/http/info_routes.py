@@ -59,7 +59,8 @@ class _TokenizerCacheCollector:
         for name, doc in (("hits", "prompts that reused the ids of a prompt seen before"),
                           ("misses", "prompts encoded whole"), ("evictions", "prompts evicted"),
                           ("reused_tokens", "prompt tokens reused instead of encoded"),
-                          ("encoded_tokens", "prompt tokens encoded")):
+                          ("encoded_tokens", "prompt tokens encoded"),
+                          ("taken_over", "id lists of sent answers that became the next turn's, uncopied")):
             counter = CounterMetricFamily(f"render_tokenizer_prefix_cache_{name}", f"prefix cache: {doc}")
             counter.add_metric([], prefix.get(name, 0))
             yield counter

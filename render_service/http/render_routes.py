@@ -13,6 +13,7 @@ from ..doors import DOORS
 from ..doors.completions import render_completion
 from ..render import new_request_id, render_chat
 from ..render.tool_constraints import unenforced
+from ..tokenizer.ids_json import dumps_answer, release
 from ..render.media import chat_media_parts, load_media_input, mm_payload
 from ..wire.openai import ChatCompletionRequest, CompletionRequest
 from .common import AppContext, JSONResponse, read_json, validate
@@ -63,7 +64,10 @@ def routes(ctx: AppContext) -> list[Route]:
                 # megabytes of base64 pixels: serialize on the pool, not on the event loop
                 body = await ctx.run_cpu(orjson.dumps, out, deadline=False)
                 return Response(body, media_type="application/json", headers=headers)
-            return JSONResponse(out, headers=headers)
+            # a prompt that extended a cached one brings most of its ids' JSON along (tokenizer.ids_json)
+            response = Response(dumps_answer(out), media_type="application/json", headers=headers)
+        release(out["token_ids"])  # the answer's bytes are built: the next turn may take the list over
+        return response
 
     async def completion(request: Request) -> JSONResponse:
         body = await read_json(request, ctx.config.max_body_bytes)

@@ -124,6 +124,12 @@ MAX_REPEAT = 1 << 20
 
 
 _DICT_ATTRIBUTES = frozenset(dir(dict))
+# Attributes the sandbox would hand out as they are, whatever the object (`_BoundedSandbox.getattr`):
+# a string's methods but ``format``/``format_map`` (which it wraps), a loop's public fields.
+_PLAIN_ATTRIBUTES: dict[type, frozenset[str]] = {
+    str: frozenset(n for n in dir(str) if not n.startswith("_") and n not in ("format", "format_map")),
+    jinja2.runtime.LoopContext: frozenset(n for n in dir(jinja2.runtime.LoopContext) if not n.startswith("_")),
+}
 
 
 class _BoundedSandbox(ImmutableSandboxedEnvironment):
@@ -132,19 +138,32 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
 
     Faster, same answers: ``message.content`` on a plain dict is looked up as an item at
     once (a dict has an attribute only if ``dict`` itself does, so Jinja's attribute-first
-    try would fail), and the safety verdict of an attribute is remembered per (type, name),
-    the only things jinja2's checks read (``is_internal_attribute``, ``modifies_known_mutable``).
-    Together they were most of a long agent prompt's render time."""
+    try would fail), a string's methods and a loop's fields (``content.startswith``,
+    ``loop.last``: always safe, never a wrapped ``format``) and a ``namespace()``'s fields
+    (safe unless the name starts with ``_``) are handed out at once, and the safety verdict
+    of an attribute is remembered per (type, name), the only things jinja2's checks read
+    (``is_internal_attribute``, ``modifies_known_mutable``). Together they were most of a
+    long agent prompt's render time."""
 
     intercepted_binops = frozenset(["**", "*"])
     _verdicts: dict[tuple[type, str], bool] = {}
 
     def getattr(self, obj: Any, attribute: str) -> Any:
-        if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+        kind = type(obj)
+        if kind is dict and attribute not in _DICT_ATTRIBUTES:
             try:
                 return obj[attribute]
             except KeyError:
                 pass
+        elif attribute in _PLAIN_ATTRIBUTES.get(kind, ()):
+            return getattr(obj, attribute)
+        elif kind is _SafeNamespace and attribute[:1] != "_":  # its fields are all safe to read
+            try:
+                value = getattr(obj, attribute)
+            except AttributeError:
+                pass
+            else:
+                return self.wrap_str_format(value) or value
         return super().getattr(obj, attribute)
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
@@ -237,7 +256,7 @@ class ChatTemplate:
             TemplateRenderError: the template raised (`raise_exception`) or failed.
             ConversationError: ``continue_final_message`` without a final text to continue.
         """
-        chat = [_alias_reasoning({k: v for k, v in m.items() if v is not None or k == "content"}) for m in messages]
+        chat = [_template_message(m) for m in messages]
         final_text = None
         if continue_final_message:
             chat, final_text = _tag_final_message(chat)
@@ -269,7 +288,7 @@ class ChatTemplate:
             return None
         if self._marking is None:
             self._marking = _MARKING_ENV.from_string(self.source)
-        chat = [_alias_reasoning({k: v for k, v in m.items() if v is not None or k == "content"}) for m in messages]
+        chat = [_template_message(m) for m in messages]
         try:
             marked = self._marking.render(messages=chat, **kwargs)
         except jinja2.TemplateError as exc:
@@ -296,6 +315,18 @@ class ChatTemplate:
 def compile_template(source: str) -> ChatTemplate:
     """`ChatTemplate(source)`, cached by source text (per-request templates reuse compilations)."""
     return ChatTemplate(source)
+
+
+def _template_message(message: dict) -> dict:
+    """A copy of ``message`` as templates read it: fields that are null left out (but
+    ``content``), past reasoning under every name (`_alias_reasoning`)."""
+    if None in message.values():
+        message = {k: v for k, v in message.items() if v is not None or k == "content"}
+    else:
+        message = dict(message)
+    if "reasoning" in message or "reasoning_content" in message or "thinking" in message:
+        return _alias_reasoning(message)
+    return message
 
 
 def _alias_reasoning(message: dict) -> dict:

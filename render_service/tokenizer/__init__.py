@@ -6,7 +6,8 @@ encodes the rendered prompt with ``add_special_tokens=False``).
 
 The model loader calls ``TextTokenizer.from_hf(hf, backend="auto"|"hf"|"fast", name=...)``.
 Modules: `backends` (HF reference, `fastokens`), `selfcheck` (load-time equality proof),
-`segments` (exact segment splitter, segment LRU cache, prefix cache for agent loops), `corpus` (strings that tell encoders apart).
+`segments` (exact segment splitter, segment LRU cache, prefix cache for agent loops), `ids_json`
+(id lists that carry their JSON encoding), `corpus` (strings that tell encoders apart).
 """
 
 from __future__ import annotations

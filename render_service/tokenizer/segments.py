@@ -34,7 +34,6 @@ only cuts where that holds:
 from __future__ import annotations
 
 import bisect
-import itertools
 import json
 import re
 import sys
@@ -44,6 +43,8 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 import tokenizers
+
+from .ids_json import IdsJson, TokenIds
 
 __all__ = ["SegmentSplitter", "SegmentCache", "PrefixCache", "pipeline_spec", "split_blockers"]
 
@@ -342,6 +343,10 @@ class SegmentCache:
             }
 
 
+# Estimated bytes per id of a prompt's kept JSON (up to six digits and a comma).
+_JSON_BYTES_PER_ID = 7
+
+
 def common_prefix_length(a: str, b: str) -> int:
     """How many first characters ``a`` and ``b`` share (compared block by block, growing)."""
     n, i, step = min(len(a), len(b)), 0, 4096
@@ -360,13 +365,24 @@ def common_prefix_length(a: str, b: str) -> int:
 class _Prompt:
     """A prompt seen before: its text, ids, and ``cuts``, ascending ``(offset after a cut
     token, ids before it)`` at which the text may be cut and its ids with it (None until
-    first needed)."""
+    first needed), and ``json``, the `IdsJson` of its ids (built when first needed).
 
-    __slots__ = ("text", "ids", "cuts", "size", "key")
+    ``ids`` is a tuple (a cold prompt) or the `TokenIds` handed to the caller (an extended
+    one, shared to save a copy of the whole list): `intact` says whether the caller changed it,
+    and once the caller has released it the next prompt extending it takes the list over."""
 
-    def __init__(self, text: str, ids: list[int] | tuple[int, ...], cuts: list[tuple[int, int]] | None) -> None:
-        self.text, self.ids, self.cuts, self.key = text, ids, cuts, -1
-        self.size = sys.getsizeof(text) + SegmentCache._BYTES_PER_ID * len(ids) + 64 * len(cuts or ()) + 400
+    __slots__ = ("text", "ids", "cuts", "size", "key", "json", "claimed")
+
+    def __init__(self, text: str, ids: tuple[int, ...] | TokenIds, cuts: list[tuple[int, int]] | None,
+                 json: IdsJson) -> None:
+        self.text, self.ids, self.cuts, self.key, self.json = text, ids, cuts, -1, json
+        self.claimed = False  # its ids list was taken over by a prompt extending it (`PrefixCache._claim`)
+        self.size = (sys.getsizeof(text) + (SegmentCache._BYTES_PER_ID + _JSON_BYTES_PER_ID) * len(ids)
+                     + 64 * len(cuts or ()) + 400)
+
+    def intact(self) -> bool:
+        """False when the caller has changed the shared ids list since."""
+        return self.ids.__class__ is tuple or self.ids.encoding is self.json
 
 
 class PrefixCache:
@@ -417,9 +433,14 @@ class PrefixCache:
         self._lock = threading.Lock()
         self._next_key = 0
         self.bytes = self.hits = self.misses = self.evictions = self.reused_tokens = self.encoded_tokens = 0
+        self.taken_over = 0  # released id lists that became the next prompt's (`_claim`)
 
     def encode(self, text: str) -> list[int]:
-        """Ids of ``text`` (equal to ``encode(text)``), reusing a cached prompt's where it can."""
+        """Ids of ``text`` (equal to ``encode(text)``), reusing a cached prompt's where it can.
+
+        A prompt that extends a cached one comes back as a `TokenIds` carrying its JSON
+        encoding, itself mostly the cached prompt's (`ids_json`); the caller may change it
+        (the cache then stops using it) but gains nothing by copying it."""
         if self.max_bytes == 0 or len(text) < self.MIN_CHARS:
             return self._encode(text)
         found = self._find(text)
@@ -427,18 +448,47 @@ class PrefixCache:
             # Its cuts are found when a later prompt first extends it (`_cuts`); until then it may
             # be one-shot traffic: its ids as a tuple, which the garbage collector stops scanning.
             ids = self._encode(text)
-            self._store(_Prompt(text, tuple(ids), None), None, 0, len(ids))
+            kept = tuple(ids)
+            self._store(_Prompt(text, kept, None, IdsJson(b"[", kept)), None, False, 0, len(ids))
             return ids
-        replaced, (start, reused) = found
+        replaced, (start, reused), extends = found
         parts = self.splitter.split(text[start:])
         tail, sizes = self._encode_parts(parts)
         kept = replaced.ids
-        ids = kept[:reused] if kept.__class__ is list else list(itertools.islice(kept, reused))
-        ids += tail
         cuts = [c for c in self._cuts(replaced) if c[0] <= start]
+        head = replaced.json.head(kept, reused)  # before `kept` may change below
+        ids = self._claim(replaced) if extends else None
+        if ids is not None:  # released by its caller: the list itself becomes this prompt's
+            list.__delitem__(ids, slice(reused, None))
+        else:
+            ids = TokenIds()
+            if reused * 2 >= len(kept):  # one copy of the list, then drop the few ids past the cut
+                list.extend(ids, kept)
+                list.__delitem__(ids, slice(reused, None))
+            else:
+                list.extend(ids, kept[:reused])
+            if replaced.claimed:  # another request took that list while it was read here: start over
+                return self._encode(text)
+        list.extend(ids, tail)
+        ids._json = IdsJson(head, tail)
         cuts += [(c, n + reused) for c, n in self.splitter.cut_ends(start, parts, sizes)]
-        self._store(_Prompt(text, ids, cuts), replaced, reused, len(ids) - reused)
-        return list(ids)  # the caller's own list: the cached one must never change
+        self._store(_Prompt(text, ids, cuts, ids.encoding), replaced, extends, reused, len(ids) - reused)
+        return ids
+
+    def _claim(self, prompt: _Prompt) -> TokenIds | None:
+        """``prompt``'s ids list, taken out of the cache, when its caller has released it
+        (`TokenIds.release`) unchanged; else None."""
+        ids = prompt.ids
+        if ids.__class__ is not TokenIds or not ids.released:
+            return None
+        with self._lock:
+            if not (ids.released and prompt.intact() and self._entries.get(prompt.key) is prompt):
+                return None
+            ids.released = False
+            self.taken_over += 1
+            prompt.claimed = True  # before the list changes: a reader in flight sees it and starts over
+            self._drop(prompt.key)  # nobody else may extend it from now on
+        return ids
 
     def _cuts(self, prompt: _Prompt) -> list[tuple[int, int]]:
         """``prompt.cuts``, found in its last `WINDOW` characters the first time they are asked for."""
@@ -464,24 +514,29 @@ class PrefixCache:
                 ids.append(part)
         return ids, sizes
 
-    def _find(self, text: str) -> tuple[_Prompt, tuple[int, int]] | None:
-        """The cached prompt to extend and its cut ``(offset, ids before)``, or None."""
+    def _find(self, text: str) -> tuple[_Prompt, tuple[int, int], bool] | None:
+        """The cached prompt to extend, its cut ``(offset, ids before)`` and whether ``text``
+        starts with all of it; or None."""
         reach = self.splitter.longest_token
         with self._lock:
             keys = self._heads.get(text[:self.HEAD_CHARS], ())
             entries = [self._entries[k] for k in reversed(keys)]
+            for entry in [e for e in entries if not e.intact()]:  # a caller changed its ids list
+                self._drop(entry.key)
+                self.evictions += 1
+                entries.remove(entry)
         partial = []
         for entry in entries:
             if text.startswith(entry.text):
                 cut = self._last_cut(entry, len(entry.text) - reach)
                 if cut is not None:
-                    return entry, cut
+                    return entry, cut, True
             elif len(partial) < self.PARTIAL_CANDIDATES:
                 partial.append(entry)
         for entry in partial:
             cut = self._last_cut(entry, common_prefix_length(text, entry.text) - reach)
             if cut is not None:
-                return entry, cut
+                return entry, cut, False
         return None
 
     def _last_cut(self, entry: _Prompt, limit: int) -> tuple[int, int] | None:
@@ -489,13 +544,13 @@ class PrefixCache:
         k = bisect.bisect_right(cuts, (limit, float("inf")))
         return cuts[k - 1] if k else None
 
-    def _store(self, prompt: _Prompt, replaced: _Prompt | None, reused: int, encoded: int) -> None:
+    def _store(self, prompt: _Prompt, replaced: _Prompt | None, extends: bool, reused: int, encoded: int) -> None:
         with self._lock:
             if replaced is None:
                 self.misses += 1
             else:
                 self.hits += 1
-                if prompt.text.startswith(replaced.text) and replaced.key in self._entries:
+                if extends and self._entries.get(replaced.key) is replaced:
                     self._drop(replaced.key)  # the conversation moved on: keep the newer one
             self.reused_tokens += reused
             self.encoded_tokens += encoded
@@ -537,8 +592,10 @@ class PrefixCache:
 
     def stats(self) -> dict[str, int]:
         """Counters since creation (``hits``, ``misses``, ``evictions``, ``reused_tokens``,
-        ``encoded_tokens``) and current ``entries``, ``bytes``, ``max_bytes``."""
+        ``encoded_tokens``, ``taken_over``: released id lists that became the next prompt's)
+        and current ``entries``, ``bytes`` (ids, text and the ids' JSON), ``max_bytes``."""
         with self._lock:
             return {"hits": self.hits, "misses": self.misses, "evictions": self.evictions,
                     "reused_tokens": self.reused_tokens, "encoded_tokens": self.encoded_tokens,
+                    "taken_over": self.taken_over,
                     "entries": len(self._entries), "bytes": self.bytes, "max_bytes": self.max_bytes}

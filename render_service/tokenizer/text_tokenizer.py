@@ -170,8 +170,9 @@ class TextTokenizer:
         """Token ids of ``text``; ``add_special_tokens`` runs the post-processor (BOS/EOS).
 
         Equal to ``hf.encode(text, add_special_tokens=...).ids``. Without post-processing, a
-        prompt that starts like one seen before reuses its ids (prefix cache), and text
-        segments between added tokens come from the segment cache when seen before.
+        prompt that starts like one seen before reuses its ids (prefix cache; they come as a
+        `ids_json.TokenIds` carrying their JSON), and text segments between added tokens come
+        from the segment cache when seen before.
         """
         if add_special_tokens:
             return self._backend.encode(text, True)
