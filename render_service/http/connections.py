@@ -146,6 +146,9 @@ def _app_state(app: object, name: str, default: object) -> object:
 
 
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*([0-9]{1,12})[ \t]*\r\n", re.IGNORECASE)
+_PROBE_LINE = re.compile(rb"GET (/[^ ?\r\n]*)(?:\?[^ \r\n]*)? HTTP/1\.([01])\r\n")
+_HAS_BODY = re.compile(rb"\r\n(?:content-length|transfer-encoding)[ \t]*:", re.IGNORECASE)
+_CLOSE = re.compile(rb"\r\nconnection:[^\r\n]*\bclose\b", re.IGNORECASE)
 
 
 def _whole_request(data: bytes) -> bool:
@@ -156,7 +159,7 @@ def _whole_request(data: bytes) -> bool:
         return False
     head = data[:end + 2].lower()
     found = _CONTENT_LENGTH.findall(head)
-    if len(found) != 1 or b"\r\ntransfer-encoding:" in head or b"\r\nconnection: close" in head:
+    if len(found) != 1 or b"\r\ntransfer-encoding:" in head or _CLOSE.search(head) or b" http/1.0\r\n" in head:
         return False
     return len(data) == end + 4 + int(found[0])
 
@@ -256,14 +259,15 @@ class HardenedProtocol(HttpToolsProtocol):
         return door  # type: ignore[return-value]
 
     def _answer_probe(self, door: Door, data: bytes, close: bool = False) -> bool:
-        """Answer ``data`` if it is exactly one probe request (``GET /health``); True if so.
-        The connection is closed after it when ``close`` or when the client asks."""
-        method, _, rest = data.partition(b" ")
-        path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
-        if method != b"GET" or path not in door.probes or not data.endswith(b"\r\n\r\n") or data.count(b"\r\n\r\n") != 1:
-            return False
-        status = door.probes[path]()
-        closing = close or b"\r\nconnection: close" in data.lower()
+        """Answer ``data`` if it is exactly one bodiless probe request (``GET /health``); True
+        if so. The connection is closed after it when ``close``, when the client asks, or for
+        HTTP/1.0 (as uvicorn)."""
+        line = _PROBE_LINE.match(data)
+        if (line is None or line[1] not in door.probes or not data.endswith(b"\r\n\r\n")
+                or data.count(b"\r\n\r\n") != 1 or _HAS_BODY.search(data)):
+            return False  # not a bare probe: a body (its framing is uvicorn's to follow) or more than one request
+        status = door.probes[line[1]]()
+        closing = close or line[2] == b"0" or _CLOSE.search(data) is not None  # HTTP/1.0: closed, as uvicorn
         self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-length: 0\r\n%s\r\n" % (
             status, b"OK" if status == 200 else b"Service Unavailable", b"connection: close\r\n" if closing else b""))
         if closing:

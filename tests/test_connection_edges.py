@@ -1,0 +1,71 @@
+"""The connection layer (render_service.http.connections) against unusual but legal clients:
+probes with bodies or HTTP/1.0, heads at the 64 KiB bound, a request head behind a body in
+one packet, HEAD answers racing a probe. Real `render-service serve` on loopback, raw sockets;
+each test failed before its fix.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Iterator
+
+import pytest
+
+from test_hostile import spawned_serve
+
+BODY = b'{"model":null,"messages":[{"role":"user","content":"hi"}]}'
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, int]]:
+    """A server whose keep-alive deadline (30 s) is far longer than any wait below: a
+    connection closed within seconds was closed on purpose."""
+    with spawned_serve("--timeout-keep-alive", "30", "--max-body-bytes", str(1 << 20)) as url:
+        host, port = url.removeprefix("http://").split(":")
+        yield host, int(port)
+
+
+def _read_all(sock: socket.socket, seconds: float) -> tuple[bytes, bool]:
+    """Everything the server sends within ``seconds``, and whether it closed the connection."""
+    sock.settimeout(0.2)
+    out, deadline = b"", time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            data = sock.recv(65536)
+        except socket.timeout:
+            continue
+        if not data:
+            return out, True
+        out += data
+    return out, False
+
+
+def _post(body: bytes = BODY, path: bytes = b"/v1/chat/completions/render") -> bytes:
+    return (b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+            % (path, len(body)) + body)
+
+
+@pytest.mark.parametrize("head,body", [
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 36\r\n\r\n", b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", b"0\r\n\r\n"),
+], ids=["content-length", "chunked"])
+def test_a_probe_with_a_body_keeps_its_framing(server, head, body):
+    """The door answered ``GET /health`` from its head alone, so a body sent after it was
+    parsed as the next request: a smuggled ``GET /v1/models`` was answered, a chunked
+    terminator got 400. A probe with a body is uvicorn's to parse."""
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(head)
+        time.sleep(0.3)  # the body in its own packet, after the door has seen the head
+        sock.sendall(body)
+        out, _ = _read_all(sock, 2)
+    assert out.count(b"HTTP/1.1 ") == 1 and out.startswith(b"HTTP/1.1 200"), out[:400]
+
+
+def test_an_http_1_0_probe_is_answered_and_closed(server):
+    """An HTTP/1.0 client without keep-alive reads to the end of the connection; the door's
+    probe answer kept it open until the keep-alive deadline (uvicorn closes it)."""
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(b"GET /health HTTP/1.0\r\n\r\n")
+        out, closed = _read_all(sock, 5)
+    assert out.startswith(b"HTTP/1.1 200") and closed, (out, closed)
