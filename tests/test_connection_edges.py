@@ -69,3 +69,32 @@ def test_an_http_1_0_probe_is_answered_and_closed(server):
         sock.sendall(b"GET /health HTTP/1.0\r\n\r\n")
         out, closed = _read_all(sock, 5)
     assert out.startswith(b"HTTP/1.1 200") and closed, (out, closed)
+
+
+@pytest.mark.parametrize("size,status", [(65536, b"200"), (65537, b"431")])
+@pytest.mark.parametrize("split", [0, 2], ids=["one-write", "last-crlf-apart"])
+def test_the_head_bound_is_exact_and_independent_of_packets(server, size, status, split):
+    """A head of exactly 64 KiB is served and one byte more is a 431, however it is cut into
+    packets (the bound counted the parsed pieces, missing the request line's bytes, in one
+    packet, and the raw bytes in several)."""
+    base = b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Pad: "
+    head = base + b"a" * (size - len(base) - 4) + b"\r\n\r\n"
+    assert len(head) == size
+    with socket.create_connection(server, timeout=10) as sock:
+        for piece in ([head] if not split else [head[:-split], head[-split:]]):
+            sock.sendall(piece)
+            time.sleep(0.2)
+        out, _ = _read_all(sock, 2)
+    assert out.startswith(b"HTTP/1.1 " + status), out[:200]
+
+
+def test_a_head_behind_a_body_in_one_packet_is_not_counted_with_the_body(server):
+    """The head bound counted every byte of the packet a head began in: a 70 KB body with the
+    next request's first bytes behind it was a 431 (and the POST's answer was lost)."""
+    body = BODY + b" " * 70_000  # JSON's whitespace: a big body, a short prompt
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(_post(body) + b"GET /v1/models HTTP/1.1\r\nHost: x\r\n")
+        time.sleep(0.3)
+        sock.sendall(b"\r\n")
+        out, _ = _read_all(sock, 3)
+    assert out.startswith(b"HTTP/1.1 200") and out.count(b"HTTP/1.1 200") == 2, out[:300]

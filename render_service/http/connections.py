@@ -175,6 +175,7 @@ class HardenedProtocol(HttpToolsProtocol):
     _body_received = 0
     _in_message = False  # llhttp is inside a request: between on_message_begin and on_message_complete
     _head_bytes = -1  # bytes of a request head still incomplete; -1 once the head is complete
+    _head_began = False  # a request head began in the packet being read
     _head_too_long = False
     _over_cap = False  # accepted past --max-connections: only a probe is answered
 
@@ -211,9 +212,14 @@ class HardenedProtocol(HttpToolsProtocol):
             if door is not None and self._answer_at_the_door(door, data):
                 return
         self._body_received += len(data)
+        self._head_began = False
         super().data_received(data)
         if self._head_bytes >= 0 and not self.transport.is_closing():  # a head still coming: bound its bytes
-            self._head_bytes += len(data)
+            # A head begun in this packet may follow another request's bytes: only the packets
+            # after it are counted (a read is at most 256 KiB; the whole head is counted exactly
+            # in on_headers_complete).
+            if not self._head_began:
+                self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
                 self._refuse_head()
                 return
@@ -226,11 +232,14 @@ class HardenedProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         self._in_message = True
         self._head_bytes = 0
+        self._head_began = True
         super().on_message_begin()
 
     def on_headers_complete(self) -> None:
         self._head_bytes = -1
-        if len(self.url) + sum(len(k) + len(v) + 4 for k, v in self.headers) > MAX_HEAD_BYTES:
+        # The head's length in its usual form: "METHOD url HTTP/1.1\r\n", "name: value\r\n" each, "\r\n".
+        size = len(self.url) + 14 + sum(len(k) + len(v) + 4 for k, v in self.headers)
+        if size > MAX_HEAD_BYTES - 32 and size + len(self.parser.get_method()) > MAX_HEAD_BYTES:  # methods are short
             self._head_too_long = True
             raise _HeadTooLong  # llhttp stops; uvicorn's data_received answers through send_400_response
         super().on_headers_complete()
