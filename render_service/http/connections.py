@@ -88,18 +88,19 @@ class _HeadWithBody:
         elif not self._spent:
             self._spent = True
             self._held = data
-            self._loop.call_soon(self._flush)
+            self._loop.call_soon(self.flush)
             return
         self._transport.write(data)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Send the held head now, if any."""
         if self._held is not None:
             data, self._held = self._held, None
             if not self._transport.is_closing():
                 self._transport.write(data)
 
     def close(self) -> None:
-        self._flush()
+        self.flush()
         self._transport.close()
 
     def is_closing(self) -> bool:
@@ -207,7 +208,10 @@ class HardenedProtocol(HttpToolsProtocol):
             if door is None or not self._answer_probe(door, data, close=True):
                 self._refuse_over_cap()
             return
-        if not self._in_message and not self.pipeline and (self.cycle is None or self.cycle.response_complete):
+        cycle = self.cycle
+        if cycle is not None and cycle.response_complete and isinstance(cycle.transport, _HeadWithBody):
+            cycle.transport.flush()  # a HEAD answer's head (no body write joins it) leaves before anything we write
+        if not self._in_message and not self.pipeline and (cycle is None or cycle.response_complete):
             door = self._door()
             if door is not None and self._answer_at_the_door(door, data):
                 return
