@@ -119,3 +119,30 @@ def test_a_head_answer_is_never_overtaken_by_a_probe(server):
                 out += data
         crossed += not out.startswith(b"HTTP/1.1 200 OK\r\ndate:")  # the door's answer has no date
     assert crossed == 0, f"{crossed} of 40 HEAD answers came after the probe's"
+
+
+def test_a_client_that_leaves_before_its_answer_leaves_no_error():
+    """uvloop raises on a write to a transport it has closed (asyncio's drop it), and a client
+    gone between the close and ``connection_lost`` made the answer's write raise: two
+    tracebacks ("unhandled error", "Exception in ASGI application") per such client, at ERROR.
+    Its answer is dropped instead."""
+    import json
+    import struct
+
+    from test_hostile import spawned_serve_process
+
+    body = json.dumps({"model": None, "messages": [{"role": "user", "content": "word " * 6000}]}).encode()
+    with spawned_serve_process() as (proc, url):
+        host, port = url.removeprefix("http://").split(":")
+        for _ in range(12):
+            sock = socket.create_connection((host, int(port)), timeout=10)
+            sock.sendall(_post(body) * 2)  # rendered in the pool: the answer comes in a later turn of the loop
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()  # a reset
+        time.sleep(2)
+        with socket.create_connection((host, int(port)), timeout=60) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        proc.terminate()
+        log = proc.communicate(timeout=30)[1].decode(errors="replace")
+    assert "Traceback" not in log, log[-3000:]

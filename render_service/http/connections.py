@@ -71,7 +71,8 @@ class _HeadWithBody:
     send() that runs the receiver's TCP path too (a fifth of a small render's CPU was the
     two writes). The first write of a cycle (its head) is held until the next one joins it,
     or until the loop's next turn (a stream's head does not wait for its first event); a
-    close sends what is held first. Later writes go straight through.
+    close sends what is held first. Later writes go straight through; a write after the
+    transport closed is dropped.
     """
 
     __slots__ = ("_transport", "_held", "_spent", "_loop")
@@ -90,7 +91,11 @@ class _HeadWithBody:
             self._held = data
             self._loop.call_soon(self.flush)
             return
-        self._transport.write(data)
+        try:
+            self._transport.write(data)
+        except RuntimeError:  # uvloop's "the handler is closed": the client left before connection_lost ran
+            if not self._transport.is_closing():
+                raise  # (asyncio's transports drop a write after close; so do we)
 
     def flush(self) -> None:
         """Send the held head now, if any."""
