@@ -182,8 +182,10 @@ class HardenedProtocol(HttpToolsProtocol):
     _in_message = False  # llhttp is inside a request: between on_message_begin and on_message_complete
     _head_bytes = -1  # bytes of a request head still incomplete; -1 once the head is complete
     _head_began = False  # a request head began in the packet being read
+    _other_bytes = 0  # bytes of the packet being read that belong to earlier requests (heads, bodies)
     _head_too_long = False
     _over_cap = False  # accepted past --max-connections: only a probe is answered
+    _refusal: Callable[[], None] | None = None  # a refused request's answer, due after the answers before it
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         sock = transport.get_extra_info("socket")
@@ -213,24 +215,23 @@ class HardenedProtocol(HttpToolsProtocol):
             if door is None or not self._answer_probe(door, data, close=True):
                 self._refuse_over_cap()
             return
+        if self._refusal is not None:
+            return  # a request was refused: nothing after it is read
         cycle = self.cycle
-        if cycle is not None and cycle.response_complete and isinstance(cycle.transport, _HeadWithBody):
-            cycle.transport.flush()  # a HEAD answer's head (no body write joins it) leaves before anything we write
+        self._flush_held()
         if not self._in_message and not self.pipeline and (cycle is None or cycle.response_complete):
             door = self._door()
             if door is not None and self._answer_at_the_door(door, data):
                 return
         self._body_received += len(data)
-        self._head_began = False
+        self._head_began, self._other_bytes = False, 0
         super().data_received(data)
         if self._head_bytes >= 0 and not self.transport.is_closing():  # a head still coming: bound its bytes
-            # A head begun in this packet may follow another request's bytes: only the packets
-            # after it are counted (a read is at most 256 KiB; the whole head is counted exactly
-            # in on_headers_complete).
-            if not self._head_began:
-                self._head_bytes += len(data)
+            # A head begun in this packet follows the bytes of the requests before it (the
+            # complete head is measured exactly in on_headers_complete).
+            self._head_bytes += len(data) - self._other_bytes if self._head_began else len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
-                self._refuse_head()
+                self._refuse_after_answers(self._refuse_head)
                 return
         cycle = self.cycle
         if cycle is not None and cycle is not self._body_cycle and cycle.more_body and not cycle.response_complete:
@@ -251,20 +252,43 @@ class HardenedProtocol(HttpToolsProtocol):
         if size > MAX_HEAD_BYTES - 32 and size + len(self.parser.get_method()) > MAX_HEAD_BYTES:  # methods are short
             self._head_too_long = True
             raise _HeadTooLong  # llhttp stops; uvicorn's data_received answers through send_400_response
+        self._other_bytes += size + 3
         super().on_headers_complete()
         if self.cycle is not None and self.cycle.transport is self.transport:
             self.cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
+
+    def on_body(self, body: bytes) -> None:
+        self._other_bytes += len(body)
+        super().on_body(body)
 
     def on_message_complete(self) -> None:
         self._in_message = False
         super().on_message_complete()
 
     def send_400_response(self, msg: str) -> None:
-        """uvicorn's answer to a request llhttp refused; a head over the bound is a 431."""
-        if self._head_too_long:
-            self._refuse_head()
+        """uvicorn's answer to a request llhttp refused (a head over the bound: 431), after the
+        answers to the requests before it on the connection (uvicorn's own closed the
+        connection at once, and a valid request pipelined before a bad one lost its answer)."""
+        self._refuse_after_answers(self._refuse_head if self._head_too_long
+                                   else lambda: HttpToolsProtocol.send_400_response(self, msg))
+
+    def _refuse_after_answers(self, refuse: Callable[[], None]) -> None:
+        """Call ``refuse`` (it answers and closes) now, or, when the refused bytes came after
+        whole requests not yet answered, once they are (`on_response_complete`). Refused
+        inside a request's body, that request is cut at once, as uvicorn does."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete and not cycle.more_body and not self.transport.is_closing():
+            self._refusal = refuse  # the refused bytes follow a whole request still being answered
         else:
-            super().send_400_response(msg)
+            self._flush_held()
+            refuse()
+
+    def _flush_held(self) -> None:
+        """Send a completed answer's held head (a HEAD answer: no body write joins it) before
+        anything the connection writes itself."""
+        cycle = self.cycle
+        if cycle is not None and cycle.response_complete and isinstance(cycle.transport, _HeadWithBody):
+            cycle.transport.flush()
 
     def _refuse_head(self) -> None:
         self.transport.write(refusal_bytes(431, f"The request head is longer than {MAX_HEAD_BYTES} bytes.", "/"))
@@ -319,7 +343,12 @@ class HardenedProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        if self._refusal is not None and not self.pipeline and self.cycle.response_complete:
+            self._flush_held()
+            self._refusal()
+        else:
             self._arm_head_deadline()
 
     def shutdown(self) -> None:
