@@ -173,3 +173,20 @@ def test_a_body_refused_mid_way_is_answered_at_once(server):
         started = time.monotonic()
         out, closed = _read_all(sock, 10)
     assert out.startswith(b"HTTP/1.1 400") and closed and time.monotonic() - started < 5, out[:200]
+
+
+def test_pipelined_requests_past_the_queue_bound_get_503_after_the_others():
+    """uvicorn queues every request parsed from a read behind the one being answered: a
+    client that pipelines 256 KiB of small GETs and reads nothing made ~7,000 queued requests
+    (~9 MB) per connection. Past `MAX_PIPELINED` the next one is refused (503, after the
+    answers before it) and nothing more is read."""
+    from render_service.http.connections import MAX_PIPELINED
+
+    with spawned_serve("--timeout-keep-alive", "30") as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n" * (MAX_PIPELINED + 50))
+            out, closed = _read_all(sock, 10)
+    answered = out.count(b"HTTP/1.1 200 OK")
+    assert MAX_PIPELINED <= answered <= MAX_PIPELINED + 1 and closed, (answered, closed)
+    assert out.count(b"HTTP/1.1 503") == 1 and out.rindex(b"HTTP/1.1 503") > out.rindex(b"HTTP/1.1 200"), out[-400:]

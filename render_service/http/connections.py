@@ -62,6 +62,10 @@ OVER_CAP_WAIT_S = 1.0
 """How long a connection past the cap may take to send a probe before its 503."""
 MAX_HEAD_BYTES = 64 << 10
 """Longest request head (request line and headers) accepted; longer ones get 431."""
+MAX_PIPELINED = 64
+"""Most requests queued on a connection behind the one being answered; the next one gets 503
+once they are answered, and the connection is closed (uvicorn's own queue has no bound: one
+256 KiB read of small pipelined GETs became ~9 MB of queued requests)."""
 
 
 class _HeadWithBody:
@@ -117,6 +121,10 @@ class _HeadWithBody:
 
 class _HeadTooLong(Exception):
     """Raised from llhttp's headers callback when the head is over `MAX_HEAD_BYTES`."""
+
+
+class _PipelineFull(Exception):
+    """Raised from llhttp's headers callback when `MAX_PIPELINED` requests are queued."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +192,7 @@ class HardenedProtocol(HttpToolsProtocol):
     _head_began = False  # a request head began in the packet being read
     _other_bytes = 0  # bytes of the packet being read that belong to earlier requests (heads, bodies)
     _head_too_long = False
+    _pipeline_full = False
     _over_cap = False  # accepted past --max-connections: only a probe is answered
     _refusal: Callable[[], None] | None = None  # a refused request's answer, due after the answers before it
 
@@ -252,6 +261,9 @@ class HardenedProtocol(HttpToolsProtocol):
         if size > MAX_HEAD_BYTES - 32 and size + len(self.parser.get_method()) > MAX_HEAD_BYTES:  # methods are short
             self._head_too_long = True
             raise _HeadTooLong  # llhttp stops; uvicorn's data_received answers through send_400_response
+        if len(self.pipeline) >= MAX_PIPELINED:
+            self._pipeline_full = True
+            raise _PipelineFull  # refused (503) once the queued requests are answered; nothing more is read
         self._other_bytes += size + 3
         super().on_headers_complete()
         if self.cycle is not None and self.cycle.transport is self.transport:
@@ -269,8 +281,8 @@ class HardenedProtocol(HttpToolsProtocol):
         """uvicorn's answer to a request llhttp refused (a head over the bound: 431), after the
         answers to the requests before it on the connection (uvicorn's own closed the
         connection at once, and a valid request pipelined before a bad one lost its answer)."""
-        self._refuse_after_answers(self._refuse_head if self._head_too_long
-                                   else lambda: HttpToolsProtocol.send_400_response(self, msg))
+        self._refuse_after_answers(self._refuse_head if self._head_too_long else self._refuse_pipelined
+                                   if self._pipeline_full else lambda: HttpToolsProtocol.send_400_response(self, msg))
 
     def _refuse_after_answers(self, refuse: Callable[[], None]) -> None:
         """Call ``refuse`` (it answers and closes) now, or, when the refused bytes came after
@@ -289,6 +301,11 @@ class HardenedProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not None and cycle.response_complete and isinstance(cycle.transport, _HeadWithBody):
             cycle.transport.flush()
+
+    def _refuse_pipelined(self) -> None:
+        self.transport.write(refusal_bytes(503, f"More than {MAX_PIPELINED} requests pipelined on one connection; "
+                                                "send the rest again on a new connection.", "/"))
+        self.transport.close()
 
     def _refuse_head(self) -> None:
         self.transport.write(refusal_bytes(431, f"The request head is longer than {MAX_HEAD_BYTES} bytes.", "/"))
