@@ -22,6 +22,10 @@ every worker process uses it:
 - every accepted TCP socket gets ``TCP_NODELAY``;
 - a request head longer than `MAX_HEAD_BYTES` gets 431 and the connection is closed (llhttp
   sets no bound of its own; h11's was 16 KiB);
+- at most `MAX_PIPELINED` requests queue behind the one being answered (uvicorn's queue has
+  no bound); a request refused by the parser (400, 431, or 503 past that bound) is answered
+  after the requests before it, then the connection is closed (uvicorn answered it at once,
+  and the earlier requests lost their answers);
 - a connection has ``timeout_keep_alive`` seconds to deliver a complete request head, from
   its accept and again after every response (idle keep-alive and slow headers alike);
 - a request body must arrive by ``body_timeout + bytes received / body_min_rate`` seconds
@@ -35,8 +39,8 @@ every worker process uses it:
 - past ``limit_concurrency`` open connections, a new one gets ``503`` with ``Retry-After``
   and is closed (within `OVER_CAP_WAIT_S`) — unless its request is a probe (``GET /health``),
   answered and then closed: a liveness probe must not fail because the pod is busy;
-- the door (`Door`, ``app.state.door``): a probe (``GET /health``, ``/ping``) is answered
-  from the connection itself, and a POST the admission refuses gets its 503 + ``Retry-After``
+- the door (`Door`, ``app.state.door``): a bare probe (``GET /health``, ``/ping``, no body;
+  HTTP/1.0 closed after it) is answered from the connection itself, and a POST the admission refuses gets its 503 + ``Retry-After``
   from the request line alone, before uvicorn parses it or a task is made for it (issue 25:
   under 1.3x load /health took 1.6 s and a 503 0.76 s, queued behind the app's work).
 """
