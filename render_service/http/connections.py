@@ -41,8 +41,9 @@ every worker process uses it:
   answered and then closed: a liveness probe must not fail because the pod is busy;
 - the door (`Door`, ``app.state.door``): a bare probe (``GET /health``, ``/ping``, no body;
   HTTP/1.0 closed after it) is answered from the connection itself, and a POST the
-  admission refuses gets its 503 + ``Retry-After`` from the request line alone, before uvicorn parses it or a task is made for it (issue 25:
-  under 1.3x load /health took 1.6 s and a 503 0.76 s, queued behind the app's work).
+  admission refuses gets its 503 + ``Retry-After`` from the request line alone, before
+  uvicorn parses it or a task is made for it (issue 25: under 1.3x load /health took 1.6 s
+  and a 503 0.76 s, queued behind the app's work).
 """
 
 from __future__ import annotations
