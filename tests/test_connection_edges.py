@@ -148,8 +148,8 @@ def test_a_client_that_leaves_before_its_answer_leaves_no_error():
     assert "Traceback" not in log, log[-3000:]
 
 
-@pytest.mark.parametrize("bad", [b"BAD\x01 / HTTP/1.1\r\n\r\n", b"GET /v1/models HTTP/1.1\r\nX-Pad: " + b"a" * (70 << 10)],
-                         ids=["invalid", "head-too-long"])
+@pytest.mark.parametrize("bad", [b"BAD\x01 / HTTP/1.1\r\n\r\n",
+                                 b"GET /v1/models HTTP/1.1\r\nX-Pad: " + b"a" * (70 << 10)], ids=["invalid", "head-too-long"])
 def test_requests_before_a_refused_one_are_answered_first(server, bad):
     """uvicorn's httptools protocol answers a request it cannot parse with 400 and closes at
     once, so valid requests pipelined before it lost their answers (h11 answered them).
@@ -165,7 +165,8 @@ def test_requests_before_a_refused_one_are_answered_first(server, bad):
 def test_a_body_refused_mid_way_is_answered_at_once(server):
     """A chunked body whose framing breaks is the request's own error: 400 at once (its
     handler gets the disconnect), not after a wait for the rest of a body that never comes."""
-    head = b"POST /v1/chat/completions/render HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    head = (b"POST /v1/chat/completions/render HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
     with socket.create_connection(server, timeout=10) as sock:
         sock.sendall(head + b"5\r\n{\"mod\r\n")
         time.sleep(0.3)

@@ -294,7 +294,8 @@ class HardenedProtocol(HttpToolsProtocol):
         whole requests not yet answered, once they are (`on_response_complete`). Refused
         inside a request's body, that request is cut at once, as uvicorn does."""
         cycle = self.cycle
-        if cycle is not None and not cycle.response_complete and not cycle.more_body and not self.transport.is_closing():
+        waiting = cycle is not None and not cycle.response_complete and not cycle.more_body
+        if waiting and not self.transport.is_closing():
             self._refusal = refuse  # the refused bytes follow a whole request still being answered
         else:
             self._flush_held()
