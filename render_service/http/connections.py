@@ -22,6 +22,10 @@ every worker process uses it:
 - every accepted TCP socket gets ``TCP_NODELAY``;
 - a request head longer than `MAX_HEAD_BYTES` gets 431 and the connection is closed (llhttp
   sets no bound of its own; h11's was 16 KiB);
+- at most `MAX_PIPELINED` requests queue behind the one being answered (uvicorn's queue has
+  no bound); a request refused by the parser (400, 431, or 503 past that bound) is answered
+  after the requests before it, then the connection is closed (uvicorn answered it at once,
+  and the earlier requests lost their answers);
 - a connection has ``timeout_keep_alive`` seconds to deliver a complete request head, from
   its accept and again after every response (idle keep-alive and slow headers alike);
 - a request body must arrive by ``body_timeout + bytes received / body_min_rate`` seconds
@@ -35,10 +39,11 @@ every worker process uses it:
 - past ``limit_concurrency`` open connections, a new one gets ``503`` with ``Retry-After``
   and is closed (within `OVER_CAP_WAIT_S`) — unless its request is a probe (``GET /health``),
   answered and then closed: a liveness probe must not fail because the pod is busy;
-- the door (`Door`, ``app.state.door``): a probe (``GET /health``, ``/ping``) is answered
-  from the connection itself, and a POST the admission refuses gets its 503 + ``Retry-After``
-  from the request line alone, before uvicorn parses it or a task is made for it (issue 25:
-  under 1.3x load /health took 1.6 s and a 503 0.76 s, queued behind the app's work).
+- the door (`Door`, ``app.state.door``): a bare probe (``GET /health``, ``/ping``, no body;
+  HTTP/1.0 closed after it) is answered from the connection itself, and a POST the
+  admission refuses gets its 503 + ``Retry-After`` from the request line alone, before
+  uvicorn parses it or a task is made for it (issue 25: under 1.3x load /health took 1.6 s
+  and a 503 0.76 s, queued behind the app's work).
 """
 
 from __future__ import annotations
@@ -62,6 +67,10 @@ OVER_CAP_WAIT_S = 1.0
 """How long a connection past the cap may take to send a probe before its 503."""
 MAX_HEAD_BYTES = 64 << 10
 """Longest request head (request line and headers) accepted; longer ones get 431."""
+MAX_PIPELINED = 64
+"""Most requests queued on a connection behind the one being answered; the next one gets 503
+once they are answered, and the connection is closed (uvicorn's own queue has no bound: one
+256 KiB read of small pipelined GETs became ~9 MB of queued requests)."""
 
 
 class _HeadWithBody:
@@ -71,7 +80,8 @@ class _HeadWithBody:
     send() that runs the receiver's TCP path too (a fifth of a small render's CPU was the
     two writes). The first write of a cycle (its head) is held until the next one joins it,
     or until the loop's next turn (a stream's head does not wait for its first event); a
-    close sends what is held first. Later writes go straight through.
+    close sends what is held first. Later writes go straight through; a write after the
+    transport closed is dropped.
     """
 
     __slots__ = ("_transport", "_held", "_spent", "_loop")
@@ -88,18 +98,23 @@ class _HeadWithBody:
         elif not self._spent:
             self._spent = True
             self._held = data
-            self._loop.call_soon(self._flush)
+            self._loop.call_soon(self.flush)
             return
-        self._transport.write(data)
+        try:
+            self._transport.write(data)
+        except RuntimeError:  # uvloop's "the handler is closed": the client left before connection_lost ran
+            if not self._transport.is_closing():
+                raise  # (asyncio's transports drop a write after close; so do we)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Send the held head now, if any."""
         if self._held is not None:
             data, self._held = self._held, None
             if not self._transport.is_closing():
                 self._transport.write(data)
 
     def close(self) -> None:
-        self._flush()
+        self.flush()
         self._transport.close()
 
     def is_closing(self) -> bool:
@@ -111,6 +126,10 @@ class _HeadWithBody:
 
 class _HeadTooLong(Exception):
     """Raised from llhttp's headers callback when the head is over `MAX_HEAD_BYTES`."""
+
+
+class _PipelineFull(Exception):
+    """Raised from llhttp's headers callback when `MAX_PIPELINED` requests are queued."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +165,9 @@ def _app_state(app: object, name: str, default: object) -> object:
 
 
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*([0-9]{1,12})[ \t]*\r\n", re.IGNORECASE)
+_PROBE_LINE = re.compile(rb"GET (/[^ ?\r\n]*)(?:\?[^ \r\n]*)? HTTP/1\.([01])\r\n")
+_HAS_BODY = re.compile(rb"\r\n(?:content-length|transfer-encoding)[ \t]*:", re.IGNORECASE)
+_CLOSE = re.compile(rb"\r\nconnection:[^\r\n]*\bclose\b", re.IGNORECASE)
 
 
 def _whole_request(data: bytes) -> bool:
@@ -156,7 +178,7 @@ def _whole_request(data: bytes) -> bool:
         return False
     head = data[:end + 2].lower()
     found = _CONTENT_LENGTH.findall(head)
-    if len(found) != 1 or b"\r\ntransfer-encoding:" in head or b"\r\nconnection: close" in head:
+    if len(found) != 1 or b"\r\ntransfer-encoding:" in head or _CLOSE.search(head) or b" http/1.0\r\n" in head:
         return False
     return len(data) == end + 4 + int(found[0])
 
@@ -172,8 +194,12 @@ class HardenedProtocol(HttpToolsProtocol):
     _body_received = 0
     _in_message = False  # llhttp is inside a request: between on_message_begin and on_message_complete
     _head_bytes = -1  # bytes of a request head still incomplete; -1 once the head is complete
+    _head_began = False  # a request head began in the packet being read
+    _other_bytes = 0  # bytes of the packet being read that belong to earlier requests (heads, bodies)
     _head_too_long = False
+    _pipeline_full = False
     _over_cap = False  # accepted past --max-connections: only a probe is answered
+    _refusal: Callable[[], None] | None = None  # a refused request's answer, due after the answers before it
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         sock = transport.get_extra_info("socket")
@@ -203,16 +229,23 @@ class HardenedProtocol(HttpToolsProtocol):
             if door is None or not self._answer_probe(door, data, close=True):
                 self._refuse_over_cap()
             return
-        if not self._in_message and not self.pipeline and (self.cycle is None or self.cycle.response_complete):
+        if self._refusal is not None:
+            return  # a request was refused: nothing after it is read
+        cycle = self.cycle
+        self._flush_held()
+        if not self._in_message and not self.pipeline and (cycle is None or cycle.response_complete):
             door = self._door()
             if door is not None and self._answer_at_the_door(door, data):
                 return
         self._body_received += len(data)
+        self._head_began, self._other_bytes = False, 0
         super().data_received(data)
         if self._head_bytes >= 0 and not self.transport.is_closing():  # a head still coming: bound its bytes
-            self._head_bytes += len(data)
+            # A head begun in this packet follows the bytes of the requests before it (the
+            # complete head is measured exactly in on_headers_complete).
+            self._head_bytes += len(data) - self._other_bytes if self._head_began else len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
-                self._refuse_head()
+                self._refuse_after_answers(self._refuse_head)
                 return
         cycle = self.cycle
         if cycle is not None and cycle is not self._body_cycle and cycle.more_body and not cycle.response_complete:
@@ -223,27 +256,62 @@ class HardenedProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         self._in_message = True
         self._head_bytes = 0
+        self._head_began = True
         super().on_message_begin()
 
     def on_headers_complete(self) -> None:
         self._head_bytes = -1
-        if len(self.url) + sum(len(k) + len(v) + 4 for k, v in self.headers) > MAX_HEAD_BYTES:
+        # The head's length in its usual form: "METHOD url HTTP/1.1\r\n", "name: value\r\n" each, "\r\n".
+        size = len(self.url) + 14 + sum(len(k) + len(v) + 4 for k, v in self.headers)
+        if size > MAX_HEAD_BYTES - 32 and size + len(self.parser.get_method()) > MAX_HEAD_BYTES:  # methods are short
             self._head_too_long = True
             raise _HeadTooLong  # llhttp stops; uvicorn's data_received answers through send_400_response
+        if len(self.pipeline) >= MAX_PIPELINED:
+            self._pipeline_full = True
+            raise _PipelineFull  # refused (503) once the queued requests are answered; nothing more is read
+        self._other_bytes += size + 3
         super().on_headers_complete()
         if self.cycle is not None and self.cycle.transport is self.transport:
             self.cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
+
+    def on_body(self, body: bytes) -> None:
+        self._other_bytes += len(body)
+        super().on_body(body)
 
     def on_message_complete(self) -> None:
         self._in_message = False
         super().on_message_complete()
 
     def send_400_response(self, msg: str) -> None:
-        """uvicorn's answer to a request llhttp refused; a head over the bound is a 431."""
-        if self._head_too_long:
-            self._refuse_head()
+        """uvicorn's answer to a request llhttp refused (a head over the bound: 431), after the
+        answers to the requests before it on the connection (uvicorn's own closed the
+        connection at once, and a valid request pipelined before a bad one lost its answer)."""
+        self._refuse_after_answers(self._refuse_head if self._head_too_long else self._refuse_pipelined
+                                   if self._pipeline_full else lambda: HttpToolsProtocol.send_400_response(self, msg))
+
+    def _refuse_after_answers(self, refuse: Callable[[], None]) -> None:
+        """Call ``refuse`` (it answers and closes) now, or, when the refused bytes came after
+        whole requests not yet answered, once they are (`on_response_complete`). Refused
+        inside a request's body, that request is cut at once, as uvicorn does."""
+        cycle = self.cycle
+        waiting = cycle is not None and not cycle.response_complete and not cycle.more_body
+        if waiting and not self.transport.is_closing():
+            self._refusal = refuse  # the refused bytes follow a whole request still being answered
         else:
-            super().send_400_response(msg)
+            self._flush_held()
+            refuse()
+
+    def _flush_held(self) -> None:
+        """Send a completed answer's held head (a HEAD answer: no body write joins it) before
+        anything the connection writes itself."""
+        cycle = self.cycle
+        if cycle is not None and cycle.response_complete and isinstance(cycle.transport, _HeadWithBody):
+            cycle.transport.flush()
+
+    def _refuse_pipelined(self) -> None:
+        self.transport.write(refusal_bytes(503, f"More than {MAX_PIPELINED} requests pipelined on one connection; "
+                                                "send the rest again on a new connection.", "/"))
+        self.transport.close()
 
     def _refuse_head(self) -> None:
         self.transport.write(refusal_bytes(431, f"The request head is longer than {MAX_HEAD_BYTES} bytes.", "/"))
@@ -256,14 +324,15 @@ class HardenedProtocol(HttpToolsProtocol):
         return door  # type: ignore[return-value]
 
     def _answer_probe(self, door: Door, data: bytes, close: bool = False) -> bool:
-        """Answer ``data`` if it is exactly one probe request (``GET /health``); True if so.
-        The connection is closed after it when ``close`` or when the client asks."""
-        method, _, rest = data.partition(b" ")
-        path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
-        if method != b"GET" or path not in door.probes or not data.endswith(b"\r\n\r\n") or data.count(b"\r\n\r\n") != 1:
-            return False
-        status = door.probes[path]()
-        closing = close or b"\r\nconnection: close" in data.lower()
+        """Answer ``data`` if it is exactly one bodiless probe request (``GET /health``); True
+        if so. The connection is closed after it when ``close``, when the client asks, or for
+        HTTP/1.0 (as uvicorn)."""
+        line = _PROBE_LINE.match(data)
+        if (line is None or line[1] not in door.probes or not data.endswith(b"\r\n\r\n")
+                or data.count(b"\r\n\r\n") != 1 or _HAS_BODY.search(data)):
+            return False  # not a bare probe: a body (its framing is uvicorn's to follow) or more than one request
+        status = door.probes[line[1]]()
+        closing = close or line[2] == b"0" or _CLOSE.search(data) is not None  # HTTP/1.0: closed, as uvicorn
         self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-length: 0\r\n%s\r\n" % (
             status, b"OK" if status == 200 else b"Service Unavailable", b"connection: close\r\n" if closing else b""))
         if closing:
@@ -297,7 +366,12 @@ class HardenedProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        if self._refusal is not None and not self.pipeline and self.cycle.response_complete:
+            self._flush_held()
+            self._refusal()
+        else:
             self._arm_head_deadline()
 
     def shutdown(self) -> None:

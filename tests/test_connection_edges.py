@@ -1,0 +1,193 @@
+"""The connection layer (render_service.http.connections) against unusual but legal clients:
+probes with bodies or HTTP/1.0, heads at the 64 KiB bound, a request head behind a body in
+one packet, HEAD answers racing a probe. Real `render-service serve` on loopback, raw sockets;
+each test failed before its fix.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Iterator
+
+import pytest
+
+from test_hostile import spawned_serve
+
+BODY = b'{"model":null,"messages":[{"role":"user","content":"hi"}]}'
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, int]]:
+    """A server whose keep-alive deadline (30 s) is far longer than any wait below: a
+    connection closed within seconds was closed on purpose."""
+    with spawned_serve("--timeout-keep-alive", "30", "--max-body-bytes", str(1 << 20)) as url:
+        host, port = url.removeprefix("http://").split(":")
+        yield host, int(port)
+
+
+def _read_all(sock: socket.socket, seconds: float) -> tuple[bytes, bool]:
+    """Everything the server sends within ``seconds``, and whether it closed the connection."""
+    sock.settimeout(0.2)
+    out, deadline = b"", time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            data = sock.recv(65536)
+        except socket.timeout:
+            continue
+        if not data:
+            return out, True
+        out += data
+    return out, False
+
+
+def _post(body: bytes = BODY, path: bytes = b"/v1/chat/completions/render") -> bytes:
+    return (b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+            % (path, len(body)) + body)
+
+
+@pytest.mark.parametrize("head,body", [
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 36\r\n\r\n", b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", b"0\r\n\r\n"),
+], ids=["content-length", "chunked"])
+def test_a_probe_with_a_body_keeps_its_framing(server, head, body):
+    """The door answered ``GET /health`` from its head alone, so a body sent after it was
+    parsed as the next request: a smuggled ``GET /v1/models`` was answered, a chunked
+    terminator got 400. A probe with a body is uvicorn's to parse."""
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(head)
+        time.sleep(0.3)  # the body in its own packet, after the door has seen the head
+        sock.sendall(body)
+        out, _ = _read_all(sock, 2)
+    assert out.count(b"HTTP/1.1 ") == 1 and out.startswith(b"HTTP/1.1 200"), out[:400]
+
+
+def test_an_http_1_0_probe_is_answered_and_closed(server):
+    """An HTTP/1.0 client without keep-alive reads to the end of the connection; the door's
+    probe answer kept it open until the keep-alive deadline (uvicorn closes it)."""
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(b"GET /health HTTP/1.0\r\n\r\n")
+        out, closed = _read_all(sock, 5)
+    assert out.startswith(b"HTTP/1.1 200") and closed, (out, closed)
+
+
+@pytest.mark.parametrize("size,status", [(65536, b"200"), (65537, b"431")])
+@pytest.mark.parametrize("split", [0, 2], ids=["one-write", "last-crlf-apart"])
+def test_the_head_bound_is_exact_and_independent_of_packets(server, size, status, split):
+    """A head of exactly 64 KiB is served and one byte more is a 431, however it is cut into
+    packets (the bound counted the parsed pieces, missing the request line's bytes, in one
+    packet, and the raw bytes in several)."""
+    base = b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Pad: "
+    head = base + b"a" * (size - len(base) - 4) + b"\r\n\r\n"
+    assert len(head) == size
+    with socket.create_connection(server, timeout=10) as sock:
+        for piece in ([head] if not split else [head[:-split], head[-split:]]):
+            sock.sendall(piece)
+            time.sleep(0.2)
+        out, _ = _read_all(sock, 2)
+    assert out.startswith(b"HTTP/1.1 " + status), out[:200]
+
+
+def test_a_head_behind_a_body_in_one_packet_is_not_counted_with_the_body(server):
+    """The head bound counted every byte of the packet a head began in: a 70 KB body with the
+    next request's first bytes behind it was a 431 (and the POST's answer was lost)."""
+    body = BODY + b" " * 70_000  # JSON's whitespace: a big body, a short prompt
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(_post(body) + b"GET /v1/models HTTP/1.1\r\nHost: x\r\n")
+        time.sleep(0.3)
+        sock.sendall(b"\r\n")
+        out, _ = _read_all(sock, 3)
+    assert out.startswith(b"HTTP/1.1 200") and out.count(b"HTTP/1.1 200") == 2, out[:300]
+
+
+def test_a_head_answer_is_never_overtaken_by_a_probe(server):
+    """A HEAD response's head was held for the loop's next turn (no body write joins it); a
+    probe arriving in between was answered by the door first, so the two answers crossed.
+    HEAD /metrics does its work in one step of the loop, which opens the window wide."""
+    crossed = 0
+    for i in range(40):
+        with socket.create_connection(server, timeout=10) as sock:
+            sock.sendall(b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            time.sleep((i % 8) * 0.0005)
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            out = b""
+            sock.settimeout(5)
+            while out.count(b"\r\n\r\n") < 2:
+                data = sock.recv(65536)
+                if not data:
+                    break
+                out += data
+        crossed += not out.startswith(b"HTTP/1.1 200 OK\r\ndate:")  # the door's answer has no date
+    assert crossed == 0, f"{crossed} of 40 HEAD answers came after the probe's"
+
+
+def test_a_client_that_leaves_before_its_answer_leaves_no_error():
+    """uvloop raises on a write to a transport it has closed (asyncio's drop it), and a client
+    gone between the close and ``connection_lost`` made the answer's write raise: two
+    tracebacks ("unhandled error", "Exception in ASGI application") per such client, at ERROR.
+    Its answer is dropped instead."""
+    import json
+    import struct
+
+    from test_hostile import spawned_serve_process
+
+    body = json.dumps({"model": None, "messages": [{"role": "user", "content": "word " * 6000}]}).encode()
+    with spawned_serve_process() as (proc, url):
+        host, port = url.removeprefix("http://").split(":")
+        for _ in range(12):
+            sock = socket.create_connection((host, int(port)), timeout=10)
+            sock.sendall(_post(body) * 2)  # rendered in the pool: the answer comes in a later turn of the loop
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()  # a reset
+        time.sleep(2)
+        with socket.create_connection((host, int(port)), timeout=60) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        proc.terminate()
+        log = proc.communicate(timeout=30)[1].decode(errors="replace")
+    assert "Traceback" not in log, log[-3000:]
+
+
+@pytest.mark.parametrize("bad", [b"BAD\x01 / HTTP/1.1\r\n\r\n",
+                                 b"GET /v1/models HTTP/1.1\r\nX-Pad: " + b"a" * (70 << 10)], ids=["invalid", "head-too-long"])
+def test_requests_before_a_refused_one_are_answered_first(server, bad):
+    """uvicorn's httptools protocol answers a request it cannot parse with 400 and closes at
+    once, so valid requests pipelined before it lost their answers (h11 answered them).
+    They are answered, in order, then the 400 (or 431)."""
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(_post() + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" + bad)
+        out, closed = _read_all(sock, 5)
+    assert out.startswith(b"HTTP/1.1 200") and closed, out[:300]
+    assert out.count(b"HTTP/1.1 200 OK") == 2 and out.rstrip().count(b"HTTP/1.1 4") == 1, out[-600:]
+    assert out.index(b"HTTP/1.1 4") > out.rindex(b"HTTP/1.1 200"), out[-600:]
+
+
+def test_a_body_refused_mid_way_is_answered_at_once(server):
+    """A chunked body whose framing breaks is the request's own error: 400 at once (its
+    handler gets the disconnect), not after a wait for the rest of a body that never comes."""
+    head = (b"POST /v1/chat/completions/render HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(head + b"5\r\n{\"mod\r\n")
+        time.sleep(0.3)
+        sock.sendall(b"zz\r\n")
+        started = time.monotonic()
+        out, closed = _read_all(sock, 10)
+    assert out.startswith(b"HTTP/1.1 400") and closed and time.monotonic() - started < 5, out[:200]
+
+
+def test_pipelined_requests_past_the_queue_bound_get_503_after_the_others():
+    """uvicorn queues every request parsed from a read behind the one being answered: a
+    client that pipelines 256 KiB of small GETs and reads nothing made ~7,000 queued requests
+    (~9 MB) per connection. Past `MAX_PIPELINED` the next one is refused (503, after the
+    answers before it) and nothing more is read."""
+    from render_service.http.connections import MAX_PIPELINED
+
+    with spawned_serve("--timeout-keep-alive", "30") as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n" * (MAX_PIPELINED + 50))
+            out, closed = _read_all(sock, 10)
+    answered = out.count(b"HTTP/1.1 200 OK")
+    assert MAX_PIPELINED <= answered <= MAX_PIPELINED + 1 and closed, (answered, closed)
+    assert out.count(b"HTTP/1.1 503") == 1 and out.rindex(b"HTTP/1.1 503") > out.rindex(b"HTTP/1.1 200"), out[-400:]
