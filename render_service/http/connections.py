@@ -286,8 +286,14 @@ class HardenedProtocol(HttpToolsProtocol):
         """uvicorn's answer to a request llhttp refused (a head over the bound: 431), after the
         answers to the requests before it on the connection (uvicorn's own closed the
         connection at once, and a valid request pipelined before a bad one lost its answer)."""
-        self._refuse_after_answers(self._refuse_head if self._head_too_long else self._refuse_pipelined
-                                   if self._pipeline_full else lambda: HttpToolsProtocol.send_400_response(self, msg))
+        if self._head_too_long:
+            refuse = self._refuse_head
+        elif self._pipeline_full:
+            refuse = self._refuse_pipelined
+        else:
+            def refuse() -> None:
+                HttpToolsProtocol.send_400_response(self, msg)
+        self._refuse_after_answers(refuse)
 
     def _refuse_after_answers(self, refuse: Callable[[], None]) -> None:
         """Call ``refuse`` (it answers and closes) now, or, when the refused bytes came after
