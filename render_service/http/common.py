@@ -120,6 +120,21 @@ async def http_error_response(request: Request, exc: HTTPException) -> JSONRespo
     return JSONResponse(err.body(), status_code=err.status, headers=exc.headers)
 
 
+INLINE_BODY_BYTES = 16 * 1024
+"""A request whose declared body is at most this small may be handled on the event loop
+(a short render, a derender chunk with its stop strings and stream_state): the hand-off to
+a pool thread costs more than the work."""
+
+
+def small_body(request: Request) -> bool:
+    """The request declares a body of at most `INLINE_BODY_BYTES` (``Content-Length``, the
+    first one, read from the raw headers: no Headers object per request)."""
+    for k, v in request.scope["headers"]:
+        if k == b"content-length":
+            return v.isdigit() and int(v) <= INLINE_BODY_BYTES
+    return False
+
+
 async def read_json(request: Request, max_bytes: int) -> Any:
     """Parse the body as JSON.
 

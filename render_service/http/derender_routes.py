@@ -34,12 +34,11 @@ from ..derender.known import KnownFields
 from ..wire.derender import (ChatRequestFields, DerenderChatRequest, DerenderChatStreamRequest,
                              DerenderCompletionRequest, DerenderCompletionStreamRequest, PipeHeader)
 from .admission import refusal_headers
-from .common import AppContext, JSONResponse, error_response, read_json, validate
+from .common import AppContext, JSONResponse, error_response, read_json, small_body, validate
 
 log = logging.getLogger(__name__)
 
-INLINE_TOKENS = 256  # below this many ids, and
-INLINE_BODY_BYTES = 16 * 1024  # a body this small (stop strings, stream_state), a request is derendered inline
+INLINE_TOKENS = 256  # below this many ids, and a small body (common.small_body), a request is derendered inline
 
 
 def _token_count(body: dict) -> int:
@@ -66,8 +65,7 @@ def routes(ctx: AppContext) -> list[Route]:
                 model, fn = streamed if isinstance(body, dict) and body.get("stream") is True else plain
                 req = known.validate(model, body)
                 ctx.check_model(req.model)
-                size = request.headers.get("content-length", "")
-                inline = size.isdigit() and int(size) <= INLINE_BODY_BYTES and _token_count(body) < INLINE_TOKENS
+                inline = small_body(request) and _token_count(body) < INLINE_TOKENS
                 result = fn(req) if inline else await ctx.run_cpu(fn, req)
                 if model is streamed[0]:
                     chunks.inc()

@@ -16,8 +16,7 @@ from ..render.tool_constraints import unenforced
 from ..tokenizer.ids_json import dumps_answer, release
 from ..render.media import chat_media_parts, load_media_input, mm_payload
 from ..wire.openai import ChatCompletionRequest, CompletionRequest
-from .common import AppContext, JSONResponse, read_json, validate
-from .derender_routes import INLINE_BODY_BYTES
+from .common import AppContext, JSONResponse, read_json, small_body, validate
 
 
 # Response header set when tool_choice required / named reaches the engine unconstrained (why, in words).
@@ -27,13 +26,6 @@ TOOL_CHOICE_UNCONSTRAINED = "X-Tool-Choice-Unconstrained"
 def _request_id(request: Request, body_id: str | None) -> str:
     """``X-Request-Id`` header, else the body's ``request_id``, else random (wire brief §2.7)."""
     return request.headers.get("x-request-id") or body_id or new_request_id()
-
-
-def _small(request: Request) -> bool:
-    """A body small enough to render on the event loop (as derender's small chunks are);
-    callers also ask for the fast tokenizer backend (HF would hold the loop for milliseconds)."""
-    size = request.headers.get("content-length", "")
-    return size.isdigit() and int(size) <= INLINE_BODY_BYTES
 
 
 def _request_template(req: ChatCompletionRequest) -> bool:
@@ -52,7 +44,8 @@ def routes(ctx: AppContext) -> list[Route]:
         rid = _request_id(request, req.request_id)
         with tracing.span("media"):
             media = await load_media_input(ctx.multimodal, chat_media_parts(req.messages), mm_payload(req))
-        inline = media is None and _small(request) and not _request_template(req) and ctx.bundle.tokenizer.backend_name != "hf"
+        # small, no media, no template of its own, and not the HF backend (it would hold the loop for milliseconds)
+        inline = media is None and small_body(request) and not _request_template(req) and ctx.bundle.tokenizer.backend_name != "hf"
         out = await ctx.run_cpu(render_chat, ctx.bundle, ctx.config, req, rid, media, inline=inline)
         ctx.metrics.rendered(request.scope["path"], out)
         parser = ctx.config.tool_call_parser if tool_parser_active(ctx.config) else None
