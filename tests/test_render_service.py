@@ -11,7 +11,7 @@ import concurrent.futures
 import httpx
 import pytest
 
-from conftest import render_server
+from conftest import needs_shared, render_server
 
 GENERATE_REQUEST_KEYS = [
     "request_id", "token_ids", "token_offsets", "features", "content_parts", "sampling_params", "model",
@@ -249,7 +249,7 @@ def test_request_ids_are_random_unique_and_new_in_a_forked_child():
     assert os.read(read, 16).decode() != new_request_id()
 
 
-@pytest.mark.skipif(not __import__("conftest").MODELS.is_dir(), reason="../shared (real model dirs) not present")
+@needs_shared
 def test_context_length_is_what_transformers_reads_from_every_model_config():
     """vLLM reads config.json through transformers: a key the file leaves out takes the config
     class's default (Gemma 3: 131072, where we said 8192), and max_model_len's default with it."""
