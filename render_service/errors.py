@@ -19,6 +19,7 @@ _TYPES = {
     415: "UnsupportedMediaTypeError",
     422: "UnprocessableEntityError",
     429: "RateLimitError",
+    431: "RequestHeaderFieldsTooLargeError",
     500: "InternalServerError",
     501: "NotImplementedError",
     502: "BadGatewayError",

@@ -6,6 +6,7 @@ each test failed before its fix.
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from typing import Iterator
@@ -191,3 +192,41 @@ def test_pipelined_requests_past_the_queue_bound_get_503_after_the_others():
     answered = out.count(b"HTTP/1.1 200 OK")
     assert MAX_PIPELINED <= answered <= MAX_PIPELINED + 1 and closed, (answered, closed)
     assert out.count(b"HTTP/1.1 503") == 1 and out.rindex(b"HTTP/1.1 503") > out.rindex(b"HTTP/1.1 200"), out[-400:]
+
+
+def test_a_pipe_whose_framing_breaks_ends_its_stream_with_an_error_event(server):
+    """A pipe's answer streams while its body still arrives: a chunk framing error then wrote
+    uvicorn's raw ``HTTP/1.1 400`` into the middle of the SSE answer (and no terminating
+    chunk, no ``[DONE]``). The body ends there; the stream ends as a pipe whose engine stopped
+    early does: an error event, ``[DONE]``, the end of the chunked answer, and the close."""
+    header = b'{"prompt_token_ids":[1,2],"chat_request":{"messages":[]}}\n'
+    event = b'data: {"request_id":"p","choices":[{"index":0,"token_ids":[504],"finish_reason":null}]}\n\n'
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(b"POST /v1/chat/completions/derender/pipe HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(header + event) + header + event + b"\r\n")
+        time.sleep(0.3)
+        sock.sendall(b"zz\r\nxx\r\n")
+        out, closed = _read_all(sock, 5)
+    assert out.startswith(b"HTTP/1.1 200") and out.count(b"HTTP/1.1 ") == 1, out[-400:]
+    assert b'"error"' in out and b"data: [DONE]" in out and out.endswith(b"0\r\n\r\n") and closed, out[-400:]
+
+
+def test_an_unparsable_request_is_answered_in_the_api_error_shape(server):
+    """llhttp's refusals were uvicorn's plain-text ``Invalid HTTP request received.``; every
+    other error of this server is JSON in the OpenAI shape."""
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(b"POST /v1/chat/completions/render HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n")
+        out, closed = _read_all(sock, 5)
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head and closed, out[:300]
+    assert json.loads(body)["error"]["type"] == "BadRequestError"
+
+
+def test_a_probe_over_the_head_bound_is_431_even_in_one_read(server):
+    """The door answered ``GET /health`` from one read before the head bound was checked: a
+    66-100 KB probe head got 200."""
+    head = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n"
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(head)
+        out, _ = _read_all(sock, 3)
+    assert out.startswith(b"HTTP/1.1 431"), out[:200]

@@ -286,13 +286,23 @@ class HardenedProtocol(HttpToolsProtocol):
         """uvicorn's answer to a request llhttp refused (a head over the bound: 431), after the
         answers to the requests before it on the connection (uvicorn's own closed the
         connection at once, and a valid request pipelined before a bad one lost its answer)."""
+        cycle = self.cycle
+        if cycle is not None and cycle.response_started and not cycle.response_complete and cycle.more_body:
+            # the body of a request whose answer is streaming (a pipe) broke: its body ends here
+            # and the answer ends as the app ends it, then the connection closes (a second
+            # response written into the first would corrupt it)
+            cycle.keep_alive = False
+            cycle.more_body = False
+            cycle.message_event.set()
+            return
         if self._head_too_long:
             refuse = self._refuse_head
         elif self._pipeline_full:
             refuse = self._refuse_pipelined
         else:
-            def refuse() -> None:
-                HttpToolsProtocol.send_400_response(self, msg)
+            def refuse() -> None:  # in the API's error shape, not uvicorn's plain text
+                self.transport.write(refusal_bytes(400, f"{msg} (the request could not be parsed as HTTP/1.1)", "/"))
+                self.transport.close()
         self._refuse_after_answers(refuse)
 
     def _refuse_after_answers(self, refuse: Callable[[], None]) -> None:
@@ -333,6 +343,8 @@ class HardenedProtocol(HttpToolsProtocol):
         """Answer ``data`` if it is exactly one bodiless probe request (``GET /health``); True
         if so. The connection is closed after it when ``close``, when the client asks, or for
         HTTP/1.0 (as uvicorn)."""
+        if len(data) > MAX_HEAD_BYTES:  # a probe that long is refused by the head bound, not answered here
+            return False
         line = _PROBE_LINE.match(data)
         if (line is None or line[1] not in door.probes or not data.endswith(b"\r\n\r\n")
                 or data.count(b"\r\n\r\n") != 1 or _HAS_BODY.search(data)):
