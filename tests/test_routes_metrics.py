@@ -250,3 +250,38 @@ def test_two_workers_answer_one_merged_metrics_page(tmp_path, monkeypatch):
         assert second[0]["render_service_requests_in_flight"] >= 0
         assert "render_tokenizer_segment_cache_misses_total" in second[0]
         assert second[0]["process_cpu_seconds_total"] > 0
+
+
+def test_plain_families_expose_what_prometheus_client_does():
+    """The lock-free families of one process (http/plain_metrics.py) write the same text as
+    prometheus_client's own classes for the same updates: HELP/TYPE lines, `_total`, buckets
+    with Go-formatted `le` (a value on a bound counted in it), `_count`, `_sum`, `_created`."""
+    import re
+
+    import prometheus_client
+
+    from render_service.http import plain_metrics
+
+    def exposition(lib) -> str:
+        r = prometheus_client.CollectorRegistry()
+        total = lib.Counter("http_requests_total", "Total.", ("method", "status"), registry=r)
+        lowr = lib.Histogram("lowr_seconds", "Few buckets.", ("handler",), buckets=(0.1, 0.5, 1), registry=r)
+        highr = lib.Histogram("highr_seconds", "No labels.", buckets=(0.01, 0.5, 1, 7.5), registry=r)
+        size = lib.Summary("size_bytes", "Sizes.", ("handler",), registry=r)
+        live = lib.Gauge("in_flight", "Gauge.", registry=r, multiprocess_mode="livesum")
+        tokens = lib.Counter("tokens", "No _total in the name.", ["route"], registry=r)
+        total.labels("POST", "2xx").inc()
+        total.labels("GET", "4xx").inc(3)
+        for v in (0.05, 0.1, 0.7, 3, 100):
+            lowr.labels("/x").observe(v)
+            highr.observe(v)
+        size.labels("/x").observe(12)
+        size.labels("/y").observe(0)
+        live.inc(), live.inc(), live.dec()
+        tokens.labels("/x").inc(50)
+        text = prometheus_client.generate_latest(r).decode()
+        return re.sub(r"(_created(\{[^}]*\})?) \S+", r"\1 T", text)
+
+    ours, theirs = exposition(plain_metrics), exposition(prometheus_client)
+    assert 'lowr_seconds_bucket{handler="/x",le="0.1"} 2.0' in theirs and "in_flight 1.0" in theirs
+    assert ours == theirs

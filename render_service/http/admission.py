@@ -10,7 +10,7 @@ gives up after 5 s, so the default delay is 1 s.
 
 A new request is refused before anything is spent on it when it could not start in time
 (`Admission.overloaded_at_the_door`): by the connection from its request line
-(`connections.Door`), else by `AdmissionMiddleware`. Every refusal has one body builder,
+(`connections.Door`), else by `front.Front`. Every refusal has one body builder,
 in the route's error shape (`error_json`, `refusal_bytes`). 503 means overload and nothing
 else (llm-d retries once on any 5xx; some routers open a breaker for 5 s).
 
@@ -135,7 +135,7 @@ class Admission:
         # bursts at full speed (at ~2,000 req/s, 256 in flight is ~0.1 s of work); slow
         # requests are bounded by the pool's queue delay instead.
         self.max_inflight = 64 * max(capacity, 1)
-        self.inflight = 0  # requests between body-complete and answer (see AdmissionMiddleware)
+        self.inflight = 0  # requests between body-complete and answer (counted by front.Front)
         self.loop_lag = 0.0  # how late the event loop runs its timers, seconds (see watch_loop)
         self._watching = False
         self.wedge_after = wedge_after
@@ -366,50 +366,7 @@ class Admission:
         return AdmissionCollector(self)
 
 
-class AdmissionMiddleware:
-    """Admission at the door, before a request costs anything (POST, except long-lived
-    pipes, which queue per step): a new request is answered 503 + ``Retry-After`` before
-    its body is read when `Admission.overloaded_at_the_door` says it could not start in
-    time. A request counts as in flight (``admission.inflight``, bounded by
-    ``max_inflight``) only once its whole body is in: a client trickling a body holds a
-    connection (cut by the body deadline, `connections.HardenedProtocol`), never a
-    place in the queue — 300 slow uploads used to lock every other POST out. An
-    ``X-Request-Id`` past `MAX_REQUEST_ID_CHARS` is a 400 on every route (it used to be
-    echoed back whole)."""
-
-    def __init__(self, app, admission: Admission) -> None:
-        self.app, self.admission = app, admission
-
-    async def __call__(self, scope, receive, send) -> None:
-        a = self.admission
-        if scope["type"] == "http" and _long_request_id(scope["headers"]):
-            await _send_error(send, _LONG_REQUEST_ID, scope["path"])
-            return
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"].endswith("/pipe"):
-            await self.app(scope, receive, send)
-            return
-        if a.overloaded_at_the_door():
-            a.refused_at_the_door()
-            await _send_error(send, Overloaded("Server is at capacity; retry shortly."), scope["path"])
-            return
-        counted = False
-
-        async def receive_and_count():
-            nonlocal counted
-            message = await receive()
-            if not counted and message["type"] == "http.request" and not message.get("more_body", False):
-                counted = True
-                a.inflight += 1
-            return message
-
-        try:
-            await self.app(scope, receive_and_count, send)
-        finally:
-            if counted:
-                a.inflight -= 1
-
-
-async def _send_error(send, err: OpenAIError, path: str) -> None:
+async def send_error(send, err: OpenAIError, path: str) -> None:
     """Answer ``err`` (ASGI) in the error shape of ``path``, with ``Retry-After`` on a 503."""
     body = error_json(err, path)
     await send({"type": "http.response.start", "status": err.status, "headers": [
@@ -419,24 +376,24 @@ async def _send_error(send, err: OpenAIError, path: str) -> None:
 
 class RequestIdLimitMiddleware:
     """An ``X-Request-Id`` past `MAX_REQUEST_ID_CHARS` is a 400 (for apps without
-    `AdmissionMiddleware`, which checks the same: ``drive``, whose id goes to both engines
+    `front.Front`, which checks the same: ``drive``, whose id goes to both engines
     and into every answer)."""
 
     def __init__(self, app) -> None:
         self.app = app
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and _long_request_id(scope["headers"]):
-            await _send_error(send, _LONG_REQUEST_ID, scope["path"])
+        if scope["type"] == "http" and long_request_id(scope["headers"]):
+            await send_error(send, LONG_REQUEST_ID, scope["path"])
             return
         await self.app(scope, receive, send)
 
 
-_LONG_REQUEST_ID = OpenAIError(400, f"X-Request-Id may be at most {MAX_REQUEST_ID_CHARS} characters.",
+LONG_REQUEST_ID = OpenAIError(400, f"X-Request-Id may be at most {MAX_REQUEST_ID_CHARS} characters.",
                                param="X-Request-Id")
 
 
-def _long_request_id(headers: list[tuple[bytes, bytes]]) -> bool:
+def long_request_id(headers: list[tuple[bytes, bytes]]) -> bool:
     """True when an ``X-Request-Id`` header is longer than `MAX_REQUEST_ID_CHARS` (it would be
     echoed in every answer and log line)."""
     return any(k == b"x-request-id" and len(v) > MAX_REQUEST_ID_CHARS for k, v in headers)

@@ -7,42 +7,19 @@ import logging
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..serve.config import ServeConfig
 from ..doors import DOORS
 from ..errors import OpenAIError
 from . import derender_routes, door_routes, info_routes, render_routes
-from .admission import AdmissionMiddleware
-from .cancel import ClientGoneMiddleware
-from .common import AppContext, JSONResponse, authorized, error_response, http_error_response, unauthorized
+from .common import AppContext, JSONResponse, error_response, http_error_response
+from .front import Front, FrontedApp
 from .connections import BodyLimits, Door
 
 log = logging.getLogger("render_service.http")
 
 # Feature modules that contribute routes; each exposes `routes(ctx) -> list[Route]`.
 ROUTE_MODULES = (render_routes, derender_routes, info_routes, door_routes)
-# vLLM guards /v1, /v2 and /inference; our short aliases of /v1 routes are guarded too.
-_GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/render", "/derender")
-
-
-class ApiKeyMiddleware:
-    """With ``--api-key`` (or env ``VLLM_API_KEY``), paths under /v1, /v2 and /inference need
-    ``Authorization: Bearer KEY``; ``OPTIONS`` (CORS preflight) passes, as in vLLM.
-
-    Same guard as vLLM (wire brief §0), but the 401 body is the OpenAI error shape.
-    """
-
-    def __init__(self, app: ASGIApp, keys: tuple[str, ...]) -> None:
-        self.app = app
-        self.keys = keys
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (scope["type"] == "http" and self.keys and scope["method"] != "OPTIONS"
-                and scope["path"].startswith(_GUARDED_PREFIXES) and not authorized(scope["headers"], self.keys)):
-            await error_response(unauthorized())(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
 
 
 async def _openai_error(request: Request, exc: OpenAIError) -> JSONResponse:
@@ -102,7 +79,7 @@ def create_app(bundle, config: ServeConfig) -> Starlette:
     routes = []
     for module in ROUTE_MODULES:
         routes.extend(module.routes(ctx))
-    app = Starlette(
+    app = FrontedApp(
         routes=routes,
         exception_handlers={
             OpenAIError: _openai_error,
@@ -114,11 +91,8 @@ def create_app(bundle, config: ServeConfig) -> Starlette:
             Exception: _unexpected,
         },
     )
-    app.add_middleware(ClientGoneMiddleware)
-    app.add_middleware(AdmissionMiddleware, admission=ctx.admission)  # outermost but auth: refuse before reading
-    ctx.metrics.install(app, routes)  # vLLM's HTTP series and ours (http/metrics.py)
-    if config.api_key:
-        app.add_middleware(ApiKeyMiddleware, keys=config.api_key)
+    # API key, vLLM's HTTP series and ours, admission at the door, the client watch (http/front.py)
+    Front(app, ctx.metrics, ctx.admission, routes, keys=config.api_key or ())
     app.state.ctx = ctx
     app.state.not_found_hints = GENERATION_HINTS
     app.state.drain = ctx.drain  # started by connections.HardenedProtocol.shutdown

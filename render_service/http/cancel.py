@@ -1,7 +1,7 @@
 """Notice when a client leaves, so work done for it can stop (issue 14 §1).
 
 uvicorn does not cancel a handler whose client disconnected; a render kept running for a
-client that was gone. `ClientGoneMiddleware` gives each POST request a `ClientWatch`; when
+client that was gone. Each POST request gets a `ClientWatch` (from `front.Front`); when
 the request's work goes to the CPU pool (`AppContext.run_cpu` calls `watch_client`, after the
 body was read), the watch starts: it sets `render_service.model.template_sandbox.CLIENT_GONE`
 (an event, visible to pool threads because `run_cpu` runs them in a copy of the request's
@@ -20,19 +20,29 @@ import asyncio
 import contextvars
 import threading
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive
 
 from ..model.template_sandbox import CLIENT_GONE
 
 
 class ClientWatch:
-    """One request's watch for its client leaving, started on demand (`watch_client`)."""
+    """One request's watch for its client leaving, started on demand (`watch_client`): the
+    request is served inside ``with ClientWatch(receive):``, which stops the watch at its end."""
 
-    __slots__ = ("receive", "task")
+    __slots__ = ("receive", "task", "token")
 
     def __init__(self, receive: Receive) -> None:
         self.receive = receive
         self.task: asyncio.Task | None = None
+
+    def __enter__(self) -> "ClientWatch":
+        self.token = _WATCH.set(self)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        _WATCH.reset(self.token)
 
     def start(self) -> None:
         """Set `CLIENT_GONE` in the current context and fire it when the client disconnects
@@ -58,23 +68,3 @@ def watch_client() -> None:
     watch = _WATCH.get()
     if watch is not None:
         watch.start()
-
-
-class ClientGoneMiddleware:
-    """Give each POST request (but pipes) a `ClientWatch`, and stop it when the request ends."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"].endswith("/pipe"):
-            await self.app(scope, receive, send)
-            return
-        watch = ClientWatch(receive)
-        token = _WATCH.set(watch)
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            if watch.task is not None:
-                watch.task.cancel()
-            _WATCH.reset(token)

@@ -20,6 +20,9 @@ latencies), ``render_service_prompt_tokens_total{route}`` (prompt tokens rendere
 ``render_service_derender_chunks_total{route}`` (streamed chunks derendered) and
 ``render_service_requests_in_flight`` (also ``GET /load``'s ``server_load``, per worker).
 
+In one process the series are `plain_metrics` families (plain numbers, no locks: they are
+updated from the event loop only); with several workers, prometheus_client's own classes.
+
 Several workers (``serve --workers N``): `prepare_multiprocess_dir` sets
 ``PROMETHEUS_MULTIPROC_DIR`` before the workers start, so every worker's series live in
 memory-mapped files there (prometheus_client's multiprocess mode) and whichever worker
@@ -46,6 +49,8 @@ from typing import Any, Iterable
 import prometheus_client
 from prometheus_client import multiprocess, values
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from . import plain_metrics
 
 try:
     from starlette.routing import get_route_path
@@ -104,7 +109,9 @@ class ServiceMetrics:
         self.registry = prometheus_client.CollectorRegistry()
         self.multiprocess = multiprocess_mode()
         r = self.registry
-        counter, histogram, summary = prometheus_client.Counter, prometheus_client.Histogram, prometheus_client.Summary
+        # one process: lock-free families (plain_metrics); several: the library's, kept in shared files
+        lib = prometheus_client if self.multiprocess else plain_metrics
+        counter, histogram, summary = lib.Counter, lib.Histogram, lib.Summary
         # vLLM's series, with prometheus-fastapi-instrumentator's names and help texts
         self.http_total = counter("http_requests_total", "Total number of requests by method, status and handler.",
                                   ("method", "status", "handler"), registry=r)
@@ -129,7 +136,7 @@ class ServiceMetrics:
         self.prompt_tokens = counter("render_service_prompt_tokens", "Prompt tokens rendered", ["route"], registry=r)
         self.derender_chunks = counter("render_service_derender_chunks", "Streamed chunks derendered", ["route"],
                                        registry=r)
-        self.in_flight = prometheus_client.Gauge(
+        self.in_flight = lib.Gauge(
             "render_service_requests_in_flight", "Requests being served (GET /load reports the same)",
             registry=r, multiprocess_mode="livesum")
         self._in_flight = 0
@@ -225,7 +232,7 @@ class RequestMetrics:
         m.in_flight.inc()
         start = time.perf_counter()
         try:
-            await self.app(scope, receive, send_wrapper)
+            await self.handle(scope, receive, send_wrapper)
         finally:
             elapsed = max(time.perf_counter() - start, 0.0)
             m._in_flight -= 1
@@ -243,6 +250,11 @@ class RequestMetrics:
                 in_size.observe(_content_length(scope["headers"]))
                 out.observe(out_size)
             m.tick()
+
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The request inside the series: the wrapped app (`front.Front` does more here)."""
+        await self.app(scope, receive, send)
 
 
 def _content_length(headers: Iterable[tuple[bytes, bytes]]) -> int:
