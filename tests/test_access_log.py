@@ -64,3 +64,42 @@ def test_serve_writes_uvicorns_access_line(tmp_path):
     assert re.search(rf'^INFO:     {client_addr} - "POST /v1/completions/render HTTP/1\.1" 200 OK$', log, re.M), log
     assert re.search(rf'^INFO:     {client_addr} - "POST /v1/completions/render\?x=1 HTTP/1\.1" 400 Bad Request$',
                      log, re.M), log
+
+
+def _log_access_line(logger: logging.Logger) -> None:
+    logger.info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:50123", "POST", "/v1/x", "1.1", 200)
+
+
+def test_cheapened_access_records_equal_standard_ones():
+    """`cheapen` (uvicorn's access logger when serving) makes records with every attribute a
+    standard record has, of the same values (the caller's file, line and function included),
+    but the clock's; an exception record is made the standard way."""
+    from render_service.http.access_log import AccessLogger, cheapen
+
+    class Keep(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.records = []
+
+        def emit(self, record):
+            self.records.append(record)
+
+    standard, cheap = logging.Logger("uvicorn.access.a"), logging.Logger("uvicorn.access.b")
+    cheapen(cheap)
+    assert type(cheap) is AccessLogger and type(standard) is logging.Logger
+    for logger in (standard, cheap):
+        logger.addHandler(Keep())
+        for _ in range(2):  # the second cheap record comes from the kept caller
+            _log_access_line(logger)
+    clock = {"created", "msecs", "relativeCreated"}
+    want = {k: v for k, v in vars(standard.handlers[0].records[0]).items() if k not in clock | {"name"}}
+    for record in cheap.handlers[0].records:
+        assert type(record) is not logging.LogRecord  # the cheap way was taken
+        got = {k: v for k, v in vars(record).items() if k not in clock | {"name"}}
+        assert got == want
+        assert abs(record.created - standard.handlers[0].records[0].created) < 60
+    try:
+        raise ValueError("x")
+    except ValueError:
+        cheap.exception("failed")
+    assert type(cheap.handlers[0].records[-1]) is logging.LogRecord and cheap.handlers[0].records[-1].exc_info

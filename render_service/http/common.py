@@ -126,6 +126,15 @@ INLINE_BODY_BYTES = 16 * 1024
 a pool thread costs more than the work."""
 
 
+def first_header(request: Request, name: bytes) -> str | None:
+    """The first ``name`` header's value (``name`` lower-case), as ``request.headers.get`` gives
+    it (Latin-1), read from the raw headers: no Headers object per request."""
+    for k, v in request.scope["headers"]:
+        if k == name:
+            return v.decode("latin-1")
+    return None
+
+
 def small_body(request: Request) -> bool:
     """The request declares a body of at most `INLINE_BODY_BYTES` (``Content-Length``, the
     first one, read from the raw headers: no Headers object per request)."""

@@ -57,6 +57,7 @@ from typing import Callable
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from .access_log import cheapen
 from .drain import grace_before_cut
 from .admission import Admission, refusal_bytes
 
@@ -209,6 +210,7 @@ class HardenedProtocol(HttpToolsProtocol):
             except OSError:
                 pass
         super().connection_made(transport)
+        cheapen(self.access_logger)
         if self.limit_concurrency is not None and len(self.connections) > self.limit_concurrency:
             # Past the cap: a probe is still answered (a liveness probe failing under load would
             # restart a busy pod); anything else, or nothing within OVER_CAP_WAIT_S, gets 503.

@@ -31,7 +31,7 @@ from ..doors.session import FrontDoorDerenderer
 from ..errors import OpenAIError
 from ..render.media import MediaInput, chat_media_parts, load_media_input, mm_payload
 from ..render.request import new_request_id
-from .common import AppContext, JSONResponse, error_response, read_json, validate
+from .common import AppContext, JSONResponse, error_response, first_header, read_json, validate
 from .derender_routes import PipeEndpoint
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def routes(ctx: AppContext) -> list[Route]:
         async def handle(request: Request) -> JSONResponse:
             req = validate(door.request, await read_json(request, ctx.config.max_body_bytes))
             ctx.check_model(req.model)
-            rid = request.headers.get("x-request-id") or new_request_id()
+            rid = first_header(request, b"x-request-id") or new_request_id()
             loaded = await media(door, door.to_chat(req)["messages"], req)
             return JSONResponse(await ctx.run_cpu(door.render, ctx.bundle, ctx.config, req, rid, loaded))
         return handle

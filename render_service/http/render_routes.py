@@ -16,7 +16,7 @@ from ..render.tool_constraints import unenforced
 from ..tokenizer.ids_json import dumps_answer, release
 from ..render.media import chat_media_parts, load_media_input, mm_payload
 from ..wire.openai import ChatCompletionRequest, CompletionRequest
-from .common import AppContext, JSONResponse, read_json, small_body, validate
+from .common import AppContext, JSONResponse, first_header, read_json, small_body, validate
 
 
 # Response header set when tool_choice required / named reaches the engine unconstrained (why, in words).
@@ -25,7 +25,7 @@ TOOL_CHOICE_UNCONSTRAINED = "X-Tool-Choice-Unconstrained"
 
 def _request_id(request: Request, body_id: str | None) -> str:
     """``X-Request-Id`` header, else the body's ``request_id``, else random (wire brief §2.7)."""
-    return request.headers.get("x-request-id") or body_id or new_request_id()
+    return first_header(request, b"x-request-id") or body_id or new_request_id()
 
 
 def _request_template(req: ChatCompletionRequest) -> bool:
