@@ -221,6 +221,9 @@ class ChatTemplate:
         self.source = source
         try:
             self._template = _ENV.from_string(source)
+            # jinja2 copies a template's globals into every render's context, and iterates a
+            # ChainMap key by key; the environment's globals are fixed, so one plain dict serves
+            self._template.globals = dict(self._template.globals)
             ast = _ENV.parse(source)
         except jinja2.TemplateSyntaxError as exc:
             raise ValueError(f"chat template does not compile: {exc}") from None
