@@ -12,14 +12,14 @@ from __future__ import annotations
 import copy
 import http
 import logging
-import os
-import threading
-import time
 
 from uvicorn.config import LOGGING_CONFIG
 from uvicorn.logging import AccessFormatter as UvicornAccessFormatter
 
 DEFAULT_FORMAT = LOGGING_CONFIG["formatters"]["access"]["fmt"]
+ACCESS_MESSAGE = '%s - "%s %s HTTP/%s" %d'
+"""The message uvicorn's protocols log an access line with (its arguments: client address,
+method, path with query, HTTP version, status code)."""
 _PHRASES = {s.value: f"{s.value} {s.phrase}" for s in http.HTTPStatus}
 
 
@@ -27,9 +27,18 @@ class AccessFormatter(UvicornAccessFormatter):
     """uvicorn's access formatter with a fast path for its default, uncoloured line."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        if self.use_colors or self._fmt != DEFAULT_FORMAT or record.levelno != logging.INFO:
+        if not self.plain or record.levelno != logging.INFO:
             return super().formatMessage(record)
-        client_addr, method, full_path, http_version, status_code = record.args  # type: ignore[misc]
+        return self.line(*record.args)  # type: ignore[misc]
+
+    @property
+    def plain(self) -> bool:
+        """The default format, uncoloured: the line `line` writes."""
+        return not self.use_colors and self._fmt == DEFAULT_FORMAT
+
+    @staticmethod
+    def line(client_addr: str, method: str, full_path: str, http_version: str, status_code: int) -> str:
+        """The default uncoloured access line of an INFO record with uvicorn's arguments."""
         status = _PHRASES.get(int(status_code)) or f"{status_code} "
         return f'INFO:     {client_addr} - "{method} {full_path} HTTP/{http_version}" {status}'
 
@@ -43,65 +52,43 @@ def logging_config() -> dict:
 
 
 class AccessLogger(logging.Logger):
-    """The class uvicorn's access logger takes when serving (`cheapen`): the same records for
-    less CPU. A standard record looks its caller up the stack and splits the caller's path
-    (``findCaller``, ``LogRecord.__init__``: 60% of an access line's CPU); access lines all come
-    from the same line of uvicorn, so the caller found first is kept, and a record of it is
-    made from values computed once per process. Records with an exception, stack info or
-    ``extra`` are made the standard way."""
+    """The class uvicorn's access logger takes when serving (`cheapen`). When uvicorn's default
+    logging set-up alone would write an access line (`_plain_handler`), the line is written
+    to that handler's stream directly, without a `logging.LogRecord`: making the record (its
+    caller looked up the stack, its path split) and passing it through the logger and the
+    handler were most of an access line's CPU, ~5% of a ~50-token render. The text is the
+    same (tests/test_access_log.py); any other set-up (a terminal's colours, a filter, a
+    handler added, propagation) takes the standard way."""
 
-    _caller: tuple | None = None  # set on the instance by its first record
+    def info(self, msg, *args, **kwargs) -> None:
+        handler = self._plain_handler(msg, kwargs)
+        if handler is None:
+            super().info(msg, *args, **kwargs)
+            return
+        # what Logger.handle and StreamHandler.emit would do with this record, without the record
+        try:
+            line = handler.formatter.line(*args) + handler.terminator  # type: ignore[union-attr]
+            with handler.lock:  # type: ignore[union-attr]
+                handler.stream.write(line)
+                handler.flush()
+        except Exception:
+            super().info(msg, *args, **kwargs)  # the standard way reports it (Handler.handleError)
 
-    def findCaller(self, stack_info: bool = False, stacklevel: int = 1):
-        if stack_info:
-            return super().findCaller(stack_info, stacklevel + 1)  # + this frame
-        if self._caller is None:
-            self._caller = super().findCaller(False, stacklevel + 1)
-        return self._caller
-
-    def makeRecord(self, name, level, fn, lno, msg, args, exc_info, func=None, extra=None, sinfo=None):
-        if exc_info or extra or sinfo:
-            return super().makeRecord(name, level, fn, lno, msg, args, exc_info, func, extra, sinfo)
-        return _AccessRecord(name, level, fn, lno, msg, args, func)
-
-
-class _AccessRecord(logging.LogRecord):
-    """A `logging.LogRecord` with the same attributes, its per-process and per-caller values cached."""
-
-    _process: tuple[int, str | None] | None = None
-    _paths: dict[str, tuple[str, str]] = {}
-
-    def __init__(self, name, level, pathname, lineno, msg, args, func) -> None:  # noqa: super() is skipped on purpose
-        ct = time.time()
-        self.name, self.msg, self.args = name, msg, args
-        self.levelname, self.levelno = logging.getLevelName(level), level
-        self.pathname, self.lineno, self.funcName = pathname, lineno, func
-        split = self._paths.get(pathname)
-        if split is None:
-            filename = os.path.basename(pathname)
-            split = self._paths[pathname] = (filename, os.path.splitext(filename)[0])
-        self.filename, self.module = split
-        self.exc_info = self.exc_text = self.stack_info = None
-        self.created = ct
-        self.msecs = int((ct - int(ct)) * 1000) + 0.0
-        self.relativeCreated = (ct - logging._startTime) * 1000
-        self.thread = threading.get_ident() if logging.logThreads else None
-        self.threadName = threading.current_thread().name if logging.logThreads else None
-        process = _AccessRecord._process
-        if process is None:  # os.getpid() is a system call: once per process (a fork forgets it)
-            process = _AccessRecord._process = (os.getpid(), logging.LogRecord("", 0, "", 0, "", (), None).processName)
-        self.process = process[0] if logging.logProcesses else None
-        self.processName = process[1]
-
-
-def _forget_process() -> None:
-    _AccessRecord._process = None
-
-
-os.register_at_fork(after_in_child=_forget_process)
+    def _plain_handler(self, msg, kwargs) -> logging.StreamHandler | None:
+        """The one handler an access line goes to when it alone would write it, as uvicorn's
+        default logging configuration sets it up (a StreamHandler with the plain
+        `AccessFormatter`, no filters, no propagation); else None (the standard way)."""
+        if (kwargs or msg != ACCESS_MESSAGE or self.filters or self.propagate or self.disabled
+                or len(self.handlers) != 1 or not self.isEnabledFor(logging.INFO)):
+            return None
+        handler = self.handlers[0]
+        if (type(handler) is not logging.StreamHandler or handler.filters or handler.level > logging.INFO
+                or not isinstance(handler.formatter, AccessFormatter) or not handler.formatter.plain):
+            return None
+        return handler
 
 
 def cheapen(logger: logging.Logger) -> None:
-    """Make ``logger``'s records the `AccessLogger` way (uvicorn's access logger, once per process)."""
+    """Make ``logger`` (uvicorn's access logger) an `AccessLogger`; idempotent."""
     if type(logger) is logging.Logger:
         logger.__class__ = AccessLogger
