@@ -4,9 +4,10 @@ In order: the API key (``--api-key``: 401 before anything is counted), then insi
 request series (`metrics.RequestMetrics`) the ``X-Request-Id`` bound (400), admission at the
 door (503 before the body is read; in flight once the body is in: `admission`), the client
 watch (`cancel.ClientWatch`), and the route. A route whose path is exact and whose endpoint
-is a function (``request -> Response``) is called straight from here, its exceptions answered
-by the app's handlers as Starlette would; any other request (a path with parameters, a
-raw-ASGI pipe, a 404 or 405, lifespan) goes through the Starlette app's own stack.
+is an async function (``request -> Response``) or a raw ASGI app (a pipe) is called straight
+from here, its exceptions answered by the app's handlers as Starlette would; any other
+request (a path with parameters, a 404 or 405, lifespan) goes through the Starlette app's
+own stack.
 
 Why one layer: these were four middlewares (API key, metrics, admission, client watch) over
 Starlette's three (server errors, handled exceptions, router) and its per-route wrapper, so
@@ -16,8 +17,9 @@ its handler ran.
 
 from __future__ import annotations
 
+import functools
 import inspect
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -32,9 +34,6 @@ from .metrics import RequestMetrics, ServiceMetrics, get_route_path
 
 # vLLM guards /v1, /v2 and /inference; our short aliases of /v1 routes are guarded too.
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/render", "/derender")
-
-Endpoint = Callable[[Request], Awaitable[Response]]
-
 
 class FrontedApp(Starlette):
     """A Starlette app with a `Front` (``app.front``, set once the app is built): its middleware
@@ -71,11 +70,20 @@ class Front(RequestMetrics):
                  keys: tuple[str, ...] = ()) -> None:
         super().__init__(app.router, metrics, {getattr(r, "path", None) for r in routes} - {None})
         self.starlette, self.admission, self.keys = app, admission, keys
-        self.direct: dict[tuple[str, str], Endpoint] = {}
+        # (path, method) -> (endpoint, True) for a `request -> Response` function, or (ASGI app, False)
+        self.direct: dict[tuple[str, str], tuple[Any, bool]] = {}
         for route in routes:
-            if isinstance(route, Route) and not route.param_convertors and inspect.isfunction(route.endpoint):
+            if isinstance(route, Route) and not route.param_convertors:
+                handler = route.endpoint
+                while isinstance(handler, functools.partial):
+                    handler = handler.func
+                takes_request = inspect.isfunction(handler) or inspect.ismethod(handler)  # as Route decides
+                if takes_request and not inspect.iscoroutinefunction(handler):
+                    continue  # a sync endpoint runs in Starlette's thread pool: its way
+                if (route.app is not route.endpoint) if not takes_request else not inspect.isfunction(route.app):
+                    continue  # the route wraps its endpoint in middleware (a class instance): its way
                 for method in route.methods or ():
-                    self.direct[(route.path, method)] = route.endpoint
+                    self.direct[(route.path, method)] = (route.endpoint if takes_request else route.app, takes_request)
         app.front = self
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -116,9 +124,16 @@ class Front(RequestMetrics):
 
     async def route(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The request's route: its endpoint called here when `direct` has it, else Starlette's stack."""
-        endpoint = self.direct.get((get_route_path(scope), scope["method"]))
-        if endpoint is None:
+        found = self.direct.get((get_route_path(scope), scope["method"]))
+        if found is None:
             await self.app(scope, receive, send)
+            return
+        endpoint, takes_request = found
+        if not takes_request:  # a raw ASGI endpoint answers by itself (a pipe, a derender chunk)
+            try:
+                await endpoint(scope, receive, send)
+            except Exception as exc:  # answered as Starlette would, if nothing was sent yet
+                await (await self._handled(Request(scope, receive), exc))(scope, receive, send)
             return
         request = Request(scope, receive)
         try:
