@@ -36,19 +36,21 @@ class _Family:
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (),
                  registry: CollectorRegistry | None = None) -> None:
         self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
-        self._children: dict[tuple[str, ...], _Family] = {}
+        self._children: dict[tuple[str, ...], _Family] = {}  # by the label values' strings: the series
+        self._by_values: dict[tuple, _Family] = {}  # by the values as given (200 and "200" alike)
         self.created = time.time()
         if registry is not None:
             registry.register(self)
 
     def labels(self, *values: object) -> "_Family":
-        """The child for these label values (strings, in ``labelnames`` order), made on first use."""
-        key = tuple(str(v) for v in values)
-        child = self._children.get(key)
+        """The child for these label values (in ``labelnames`` order, written as strings), made on first use."""
+        child = self._by_values.get(values)
         if child is None:
+            key = tuple(map(str, values))
             if len(key) != len(self.labelnames):
                 raise ValueError(f"{self.name}: expected labels {self.labelnames}, got {key}")
-            child = self._children[key] = self._child()
+            child = self._children.get(key) or self._children.setdefault(key, self._child())
+            self._by_values[values] = child
         return child
 
     def _child(self) -> "_Family":
