@@ -35,6 +35,7 @@ from .metrics import RequestMetrics, ServiceMetrics, get_route_path
 # vLLM guards /v1, /v2 and /inference; our short aliases of /v1 routes are guarded too.
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/render", "/derender")
 
+
 class FrontedApp(Starlette):
     """A Starlette app with a `Front` (``app.front``, set once the app is built): its middleware
     stack is the app's own middlewares (added with ``add_middleware``: CORS, request logs,
@@ -68,6 +69,7 @@ class Front(RequestMetrics):
 
     def __init__(self, app: FrontedApp, metrics: ServiceMetrics, admission: Admission, routes: list,
                  keys: tuple[str, ...] = ()) -> None:
+        # self.app: the router until FrontedApp builds its stack
         super().__init__(app.router, metrics, {getattr(r, "path", None) for r in routes} - {None})
         self.starlette, self.admission, self.keys = app, admission, keys
         # (path, method) -> (endpoint, True) for a `request -> Response` function, or (ASGI app, False)
@@ -132,7 +134,7 @@ class Front(RequestMetrics):
         if not takes_request:  # a raw ASGI endpoint answers by itself (a pipe, a derender chunk)
             try:
                 await endpoint(scope, receive, send)
-            except Exception as exc:  # answered as Starlette would, if nothing was sent yet
+            except Exception as exc:  # answered as Starlette would (after a started answer this start fails, as there)
                 await (await self._handled(Request(scope, receive), exc))(scope, receive, send)
             return
         request = Request(scope, receive)
@@ -144,7 +146,7 @@ class Front(RequestMetrics):
 
     async def _handled(self, request: Request, exc: Exception) -> Response:
         """The app's exception handler's answer for ``exc`` (by its class's MRO, as Starlette
-        looks it up); without one, an internal error in the OpenAI shape."""
+        looks it up); without one, ``exc`` is raised again."""
         handlers: dict[Any, Any] = self.starlette.exception_handlers
         for cls in type(exc).__mro__:
             handler = handlers.get(cls)
