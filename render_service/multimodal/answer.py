@@ -1,0 +1,129 @@
+"""A render answer with tensors written as pieces: the kept base64 strings go out without a copy.
+
+A cold 4-image answer is ~20 MB, nearly all of it ``kwargs_data`` base64 that the processor cache
+already keeps as ``str``. Serialized whole, it was copied three times on the way out: orjson
+growing its buffer (realloc), uvicorn's head joined to the body, then the kernel's socket copy;
+the first two were a quarter of a cold image request's CPU (profile, issue 24), most of it page
+faults on fresh megabytes. `answer_pieces` gives the same bytes as ``orjson.dumps(answer)`` as a
+list: small JSON runs, each made by orjson, and a read-only view of each kept string's own
+characters; `PiecesResponse` sends them one ASGI body message each (one ``Content-Length``), so
+the transport (uvloop: ``writev``, holding a reference while the socket drains) reads the
+strings in place.
+
+The view relies on CPython's layout of a compact ASCII ``str`` (its characters follow the
+object header, one byte each): checked once at import on a string made the way the cache makes
+them; where the check fails (another interpreter or layout), a string's ``encode()`` is sent
+instead (one copy, same bytes).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Mapping
+
+import numpy as np
+import orjson
+import pybase64
+from starlette.responses import Response
+
+# Offset of a compact ASCII str's first character from the object's address (sizeof(PyASCIIObject))
+_ASCII_DATA_OFFSET = sys.getsizeof("") - 1
+
+
+class _StrBuffer:
+    """Exposes a compact ASCII ``str``'s characters to NumPy (``__array_interface__``), keeping it alive."""
+
+    __slots__ = ("__array_interface__", "owner")
+
+    def __init__(self, text: str):
+        self.owner = text
+        self.__array_interface__ = {"shape": (len(text),), "typestr": "|u1", "version": 3,
+                                    "data": (id(text) + _ASCII_DATA_OFFSET, True)}
+
+
+def _view_in_place(text: str) -> memoryview:
+    # the array's base is the _StrBuffer, which holds the str: the view keeps the characters alive
+    return memoryview(np.asarray(_StrBuffer(text)))
+
+
+def _layout_holds() -> bool:
+    if sys.implementation.name != "cpython":
+        return False
+    probe = pybase64.b64encode_as_string(bytes(range(256)) * 3)
+    return type(probe) is str and probe.isascii() and _view_in_place(probe).tobytes() == probe.encode()
+
+
+_IN_PLACE = _layout_holds()
+
+
+def ascii_bytes(text: str) -> memoryview | bytes:
+    """The bytes of an ASCII ``str`` (base64): a read-only view of its own characters where the
+    layout check passed, else ``text.encode()``."""
+    if _IN_PLACE and type(text) is str and text.isascii():
+        return _view_in_place(text)
+    return text.encode()
+
+
+def answer_pieces(answer: dict[str, Any]) -> list[bytes | memoryview]:
+    """``orjson.dumps(answer)`` as pieces (their concatenation is byte-equal to it).
+
+    ``answer`` is a render answer (`GenerateRequest` dict); each string of
+    ``answer["features"]["kwargs_data"][modality]`` becomes its own piece, a view of the string
+    (`ascii_bytes`); everything else is orjson's bytes, merged into as few pieces as possible.
+
+    Raises:
+        orjson.JSONEncodeError: as ``orjson.dumps(answer)`` would.
+    """
+    pieces: list[bytes | memoryview] = []
+    buf = bytearray(b"{")
+    for n, (key, value) in enumerate(answer.items()):
+        buf += b"," if n else b""
+        buf += orjson.dumps(key) + b":"
+        if key != "features" or not isinstance(value, dict) or not value.get("kwargs_data"):
+            buf += orjson.dumps(value)
+            continue
+        buf += b"{"
+        for m, (fkey, fvalue) in enumerate(value.items()):
+            buf += b"," if m else b""
+            buf += orjson.dumps(fkey) + b":"
+            if fkey != "kwargs_data":
+                buf += orjson.dumps(fvalue)
+                continue
+            buf += b"{"
+            for k, (modality, items) in enumerate(fvalue.items()):
+                buf += b"," if k else b""
+                buf += orjson.dumps(modality) + b":["
+                for i, item in enumerate(items):
+                    if i:
+                        buf += b","
+                    if isinstance(item, str):
+                        buf += b'"'
+                        pieces += (bytes(buf), ascii_bytes(item))
+                        buf = bytearray(b'"')
+                    else:
+                        buf += orjson.dumps(item)
+                buf += b"]"
+            buf += b"}"
+        buf += b"}"
+    buf += b"}"
+    pieces.append(bytes(buf))
+    return pieces
+
+
+class PiecesResponse(Response):
+    """A 200 ``application/json`` answer sent as ``pieces`` (one ASGI body message each, one
+    ``Content-Length``), e.g. from `answer_pieces`."""
+
+    media_type = "application/json"
+
+    def __init__(self, pieces: list[bytes | memoryview], headers: Mapping[str, str] | None = None):
+        self.pieces = pieces
+        super().__init__(None, headers=headers)
+        length = str(sum(len(p) for p in pieces)).encode()
+        self.raw_headers = [(k, length if k == b"content-length" else v) for k, v in self.raw_headers]
+
+    async def __call__(self, scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        last = len(self.pieces) - 1
+        for i, piece in enumerate(self.pieces):
+            await send({"type": "http.response.body", "body": piece, "more_body": i < last})
