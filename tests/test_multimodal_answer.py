@@ -1,5 +1,6 @@
-"""A render answer with tensors written as pieces (`multimodal.answer`): the same bytes as one
-``orjson.dumps``, the kept base64 strings sent in place, alive until the socket has them."""
+"""ASCII strings read in place (`multimodal.ascii_view`): a render answer with tensors written as
+pieces (`multimodal.answer`), the same bytes as one ``orjson.dumps``, the kept base64 strings sent
+in place and alive until the socket has them; data URLs decoded from the request's string."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ import orjson
 import pybase64
 import pytest
 
-from render_service.multimodal import answer
-from render_service.multimodal.answer import answer_pieces, ascii_bytes
+from render_service.errors import OpenAIError
+from render_service.multimodal import ascii_view
+from render_service.multimodal.answer import answer_pieces
+from render_service.multimodal.ascii_view import ascii_bytes
+from render_service.multimodal.media import MediaLimits, load_data_url
 
 from test_multimodal_render import BY_NAME, QWEN_VL, RENDER, post, record, vl_server
 
@@ -48,7 +52,7 @@ def test_each_kept_string_is_its_own_piece_and_not_copied():
     views = [p for p in pieces if isinstance(p, memoryview)]
     assert [bytes(v) for v in views] == [s.encode() for s in strings]
     assert len(pieces) == 2 * len(strings) + 1
-    if not answer._IN_PLACE:
+    if not ascii_view._IN_PLACE:
         pytest.skip("this interpreter's str layout is not CPython's: pieces are copies")
     for view, text in zip(views, strings):   # the view's memory is the string's own characters
         assert np.asarray(view).__array_interface__["data"][0] == id(text) + sys.getsizeof("") - 1
@@ -70,6 +74,22 @@ def test_a_non_ascii_or_subclassed_string_is_encoded():
 
     assert ascii_bytes(S("abc")) == b"abc" and isinstance(ascii_bytes(S("abc")), bytes)
     assert ascii_bytes("é") == "é".encode()
+
+
+def test_data_urls_decode_from_the_requests_string():
+    """The payload is read in place; what it decodes to, and what is refused, is as before."""
+    data = np.random.default_rng(7).integers(0, 256, 30001, np.uint8).tobytes()
+    url = orjson.loads(orjson.dumps("data:image/png;base64," + pybase64.b64encode(data).decode()))   # as a body parses
+    loaded = load_data_url(url, MediaLimits())
+    assert loaded.data == data and type(loaded.data) is bytes and loaded.media_type == "image/png"
+    assert load_data_url("data:;base64,QUJD", MediaLimits()).data == b"ABC"
+    for bad in ("data:image/png;base64,QUJ", "data:image/png;base64,QU JD", "data:image/png;base64,QUJDé",
+                "data:image/png;base64,QUJD\n", "data:image/png,QUJD", "data:image/png;base64"):
+        with pytest.raises(OpenAIError) as err:
+            load_data_url(bad, MediaLimits())
+        assert err.value.status == 400, bad
+    with pytest.raises(OpenAIError):
+        load_data_url("data:image/png;base64," + "QUJD" * 10, MediaLimits(max_bytes=20))
 
 
 @pytest.mark.skipif(not QWEN_VL.is_dir(), reason="../shared/models/qwen2.5-vl-instruct not present")

@@ -10,58 +10,18 @@ characters; `PiecesResponse` sends them one ASGI body message each (one ``Conten
 the transport (uvloop: ``writev``, holding a reference while the socket drains) reads the
 strings in place.
 
-The view relies on CPython's layout of a compact ASCII ``str`` (its characters follow the
-object header, one byte each): checked once at import on a string made the way the cache makes
-them; where the check fails (another interpreter or layout), a string's ``encode()`` is sent
-instead (one copy, same bytes).
+The views are `ascii_view.ascii_bytes` (CPython's compact ASCII layout, checked at import;
+else one copy per string, same bytes).
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Mapping
 
-import numpy as np
 import orjson
-import pybase64
 from starlette.responses import Response
 
-# Offset of a compact ASCII str's first character from the object's address (sizeof(PyASCIIObject))
-_ASCII_DATA_OFFSET = sys.getsizeof("") - 1
-
-
-class _StrBuffer:
-    """Exposes a compact ASCII ``str``'s characters to NumPy (``__array_interface__``), keeping it alive."""
-
-    __slots__ = ("__array_interface__", "owner")
-
-    def __init__(self, text: str):
-        self.owner = text
-        self.__array_interface__ = {"shape": (len(text),), "typestr": "|u1", "version": 3,
-                                    "data": (id(text) + _ASCII_DATA_OFFSET, True)}
-
-
-def _view_in_place(text: str) -> memoryview:
-    # the array's base is the _StrBuffer, which holds the str: the view keeps the characters alive
-    return memoryview(np.asarray(_StrBuffer(text)))
-
-
-def _layout_holds() -> bool:
-    if sys.implementation.name != "cpython":
-        return False
-    probe = pybase64.b64encode_as_string(bytes(range(256)) * 3)
-    return type(probe) is str and probe.isascii() and _view_in_place(probe).tobytes() == probe.encode()
-
-
-_IN_PLACE = _layout_holds()
-
-
-def ascii_bytes(text: str) -> memoryview | bytes:
-    """The bytes of an ASCII ``str`` (base64): a read-only view of its own characters where the
-    layout check passed, else ``text.encode()``."""
-    if _IN_PLACE and type(text) is str and text.isascii():
-        return _view_in_place(text)
-    return text.encode()
+from .ascii_view import ascii_bytes
 
 
 def answer_pieces(answer: dict[str, Any]) -> list[bytes | memoryview]:
