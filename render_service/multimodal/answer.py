@@ -35,39 +35,37 @@ def answer_pieces(answer: dict[str, Any]) -> list[bytes | memoryview]:
         orjson.JSONEncodeError: as ``orjson.dumps(answer)`` would.
     """
     pieces: list[bytes | memoryview] = []
-    buf = bytearray(b"{")
-    for n, (key, value) in enumerate(answer.items()):
-        buf += b"," if n else b""
-        buf += orjson.dumps(key) + b":"
-        if key != "features" or not isinstance(value, dict) or not value.get("kwargs_data"):
-            buf += orjson.dumps(value)
-            continue
-        buf += b"{"
-        for m, (fkey, fvalue) in enumerate(value.items()):
-            buf += b"," if m else b""
-            buf += orjson.dumps(fkey) + b":"
-            if fkey != "kwargs_data":
-                buf += orjson.dumps(fvalue)
-                continue
-            buf += b"{"
-            for k, (modality, items) in enumerate(fvalue.items()):
-                buf += b"," if k else b""
-                buf += orjson.dumps(modality) + b":["
-                for i, item in enumerate(items):
-                    if i:
-                        buf += b","
-                    if isinstance(item, str):
-                        buf += b'"'
-                        pieces += (bytes(buf), ascii_bytes(item))
-                        buf = bytearray(b'"')
-                    else:
-                        buf += orjson.dumps(item)
-                buf += b"]"
-            buf += b"}"
-        buf += b"}"
-    buf += b"}"
-    pieces.append(bytes(buf))
+    pieces.append(bytes(_object(answer, ("features", "kwargs_data"), bytearray(), pieces)))
     return pieces
+
+
+def _object(obj: dict, path: tuple[str, ...], buf: bytearray, pieces: list) -> bytearray:
+    """Append ``obj`` as JSON to ``buf``, following ``path`` (keys) down to the object whose values
+    are lists of strings to send in place; returns the buffer to go on with."""
+    buf += b"{"
+    for n, (key, value) in enumerate(obj.items()):
+        if n:
+            buf += b","
+        buf += orjson.dumps(key)
+        buf += b":"
+        if path and key == path[0] and isinstance(value, dict):
+            buf = _object(value, path[1:], buf, pieces)
+        elif not path and isinstance(value, list):
+            buf += b"["
+            for i, item in enumerate(value):
+                if i:
+                    buf += b","
+                if isinstance(item, str):
+                    buf += b'"'
+                    pieces += (bytes(buf), ascii_bytes(item))
+                    buf = bytearray(b'"')
+                else:
+                    buf += orjson.dumps(item)
+            buf += b"]"
+        else:
+            buf += orjson.dumps(value)
+    buf += b"}"
+    return buf
 
 
 class PiecesResponse(Response):
