@@ -5,9 +5,11 @@ Multi-megabyte ASCII strings cross this service twice: a request's base64 ``data
 socket). ``str.encode()`` or a slice copies them; a view does not. CPython keeps a compact
 ASCII ``str``'s characters right after the object header, one byte each; `ascii_bytes` views
 that memory (through NumPy's ``__array_interface__``, an owner object holding the ``str`` so the
-view keeps it alive). The layout is checked once at import on a string made the way the
-service makes them (orjson, pybase64); where it does not hold (another interpreter), or for a
-non-ASCII or subclassed ``str``, `ascii_bytes` is ``text.encode()`` (one copy, same bytes).
+view keeps it alive). Every ``str`` made by Python code, orjson, pybase64 or pydantic is compact
+(PEP 393; only the deprecated ``Py_UNICODE`` C API, removed in 3.12, made others). The layout is
+checked once at import on strings made the way the service makes them (orjson, pybase64); where
+it does not hold (another interpreter), or for a non-ASCII or subclassed ``str``, `ascii_bytes`
+is ``text.encode()`` (one copy, same bytes).
 """
 
 from __future__ import annotations
