@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -54,9 +53,10 @@ def routes(ctx: AppContext) -> list[Route]:
         headers = {TOOL_CHOICE_UNCONSTRAINED: note} if note else None
         with tracing.span("serialize"):
             if (out.get("features") or {}).get("kwargs_data"):
-                # megabytes of base64 pixels: serialize on the pool, not on the event loop
-                body = await ctx.run_cpu(orjson.dumps, out, deadline=False)
-                return Response(body, media_type="application/json", headers=headers)
+                # megabytes of base64 pixels: written from the kept strings in place, not copied into one body
+                from ..multimodal.answer import PiecesResponse, answer_pieces   # (a text model never loads it)
+
+                return PiecesResponse(answer_pieces(out), headers=headers)
             # a prompt that extended a cached one brings most of its ids' JSON along (tokenizer.ids_json)
             response = Response(dumps_answer(out), media_type="application/json", headers=headers)
         release(out["token_ids"])  # the answer's bytes are built: the next turn may take the list over

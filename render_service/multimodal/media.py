@@ -20,6 +20,7 @@ import httpx
 import pybase64
 
 from ..errors import OpenAIError, bad_request
+from .ascii_view import ascii_bytes
 
 
 JPEG_SEQUENCE = "video/jpeg"   # data:video/jpeg;base64,<jpeg>,<jpeg>,... (vLLM's frame-sequence video)
@@ -66,17 +67,20 @@ def load_data_url(url: str, limits: MediaLimits, param: str | None = None) -> Me
     Raises:
         OpenAIError: 400 for a non-base64 data URL, bad base64, or a payload over ``max_bytes``.
     """
-    header, sep, payload = url[5:].partition(",")
-    if not sep:
+    comma = url.find(",", 5)
+    if comma < 0:
         raise bad_request("Malformed data URL: no ',' separating the header from the data.", param)
-    media_type, _, encoding = header.partition(";")
+    media_type, _, encoding = url[5:comma].partition(";")
     if encoding != "base64":
         raise bad_request("Only base64 data URLs are supported.", param)
-    if len(payload) * 3 // 4 > limits.max_bytes + 3:
-        raise _too_big(len(payload) * 3 // 4, limits, param)
+    size = len(url) - comma - 1
+    if size * 3 // 4 > limits.max_bytes + 3:
+        raise _too_big(size * 3 // 4, limits, param)
     if media_type.lower() == JPEG_SEQUENCE:
         # vLLM's frame-sequence video: comma-separated base64 JPEGs, hashed as this text
-        return MediaBytes(payload.encode("ascii", "replace"), JPEG_SEQUENCE)
+        return MediaBytes(url[comma + 1:].encode("ascii", "replace"), JPEG_SEQUENCE)
+    # the payload read in place (megabytes: no slice, no str-to-bytes pass); non-ASCII is bad base64
+    payload = ascii_bytes(url)[comma + 1:] if url.isascii() else url[comma + 1:]
     try:
         data = pybase64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):

@@ -130,6 +130,40 @@ def _rows_loop(src, index, weights, precision, out):   # pragma: no cover - runs
     return out
 
 
+def _rows_planar_loop(src, index, weights, precision, tile, out):   # pragma: no cover - runs compiled
+    """`_rows_loop` on a transposed RGB image ``[W, H*3]`` written as planes ``[3, H, width]``:
+    ``tile`` output columns at a time are resampled into a small block, then spread to the
+    planes (one pass; no ``[width, H*3]`` intermediate written and read back)."""
+    half = np.int32(1 << (precision - 1))
+    n = src.shape[1]
+    width = index.shape[0]
+    block = np.empty((tile, n), np.uint8)
+    acc = np.empty(n, np.int32)
+    for x0 in range(0, width, tile):
+        x1 = min(x0 + tile, width)
+        for x in range(x0, x1):
+            for m in range(n):
+                acc[m] = half
+            for k in range(index.shape[1]):
+                w = weights[x, k]
+                if w != 0:
+                    row = src[index[x, k]]
+                    for m in range(n):
+                        acc[m] += np.int32(row[m]) * w
+            b = block[x - x0]
+            for m in range(n):
+                v = acc[m] >> precision
+                b[m] = 0 if v < 0 else (255 if v > 255 else v)
+        for r in range(n // 3):
+            o0, o1, o2 = out[0, r], out[1, r], out[2, r]
+            for x in range(x0, x1):
+                b = block[x - x0]
+                o0[x] = b[3 * r]
+                o1[x] = b[3 * r + 1]
+                o2[x] = b[3 * r + 2]
+    return out
+
+
 def _transpose_rgb_loop(src, out):   # pragma: no cover - runs compiled
     """``[H, W*3]`` → ``[W, H*3]`` (an RGB image transposed), 64-pixel tiles, channels unrolled."""
     height, width = src.shape[0], out.shape[0]
@@ -173,12 +207,14 @@ def _deinterleave_loop(src, out):   # pragma: no cover - runs compiled
 
 
 _rows_kernel = compile_kernel(_rows_loop)
+_rows_planar_kernel = compile_kernel(_rows_planar_loop)
 _transpose_rgb_kernel = compile_kernel(_transpose_rgb_loop)
 _planar_kernel = compile_kernel(_planar_loop)
 _deinterleave_kernel = compile_kernel(_deinterleave_loop)
 
 
 _SCRATCH_MAX = 16 << 20   # bytes: intermediates up to this size reuse a per-thread buffer
+_PLANAR_TILE = 16          # output columns per block in `_rows_planar_loop` (16 x H*3 bytes: L1/L2-sized)
 _local = threading.local()
 
 
@@ -258,8 +294,7 @@ def horizontal_planar(image: np.ndarray, width: int, kind: str = "bicubic", *, t
             return _deinterleave_kernel(image.reshape(h, w * 3), _buffer((3, h, w), 2))
         flat = _transpose(image, 0).reshape(w, h * 3)
     index, weights, precision = axis_weights(w, width, kind)
-    resampled = _rows_kernel(flat, index, weights, np.int32(precision), _buffer((width, h * 3), 1))
-    return _planar_kernel(resampled, _buffer((3, h, width), 2))
+    return _rows_planar_kernel(flat, index, weights, np.int32(precision), _PLANAR_TILE, _buffer((3, h, width), 2))
 
 
 def resize_aa(image: np.ndarray, height: int, width: int, kind: str = "bicubic", *,

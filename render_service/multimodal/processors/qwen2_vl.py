@@ -160,8 +160,8 @@ class Qwen2VLProcessor:
         gt, gh, gw = -(-t_in // tp), height // p, width // p
         rowlen = 3 * tp * p * p
         out = np.empty((gt * gh * gw, rowlen), np.uint8)
-        # the layout moves whole runs of a patch row: widest unsigned type dividing the patch width
-        unit = np.dtype(f"u{math.gcd(p, 8)}")
+        # the layout moves whole p × p blocks: widest unsigned type dividing the block's bytes
+        unit = np.dtype(f"u{math.gcd(p * p, 8)}")
         band = np.empty(3 * p * width, np.uint8)
         for f, frame in enumerate(frames):
             planes = horizontal_planar(frame, width, transposed=transposed)
@@ -261,19 +261,17 @@ def _resize_patches_loop(planes, index, weights, precision, p, m, tp, gt, t0, tc
     ``planes`` uint8 ``[3, H, W]`` (`horizontal_planar`); ``index/weights/precision`` the
     vertical `pass_weights`. For each band of ``p`` output rows: each row is
     ``clamp((Σ_k weights[y, k] · plane[index[y, k]] + half) >> precision)`` (`..resize._rows_loop`),
-    kept in ``band`` (``[3, p, W]`` flat); then each patch's ``p × p`` block per channel is
-    copied to its row (``gt``'s patches; temporal slots ``t0 .. t0 + tcount - 1``). The copies
-    go in whole units (``band_units`` / ``out_units``: the same memory as ``band`` / the flat
-    output, viewed as the widest unsigned type dividing ``p``) with unsigned offsets, which the
-    compiler turns into plain moves.
+    kept in ``band`` in patch order (``[W/p, 3, p, p]`` flat: each patch's ``p × p`` block per
+    channel contiguous); then each block is copied whole to its row (``gt``'s patches; temporal
+    slots ``t0 .. t0 + tcount - 1``). The copies go in whole units (``band_units`` /
+    ``out_units``: the same memory as ``band`` / the flat output, viewed as the widest unsigned
+    type dividing ``p²``) over contiguous runs, which the compiler turns into wide moves.
     """
     half = np.int32(1 << (precision - 1))
     width = planes.shape[2]
     acc = np.empty(width, np.int32)
     per = band.shape[0] // band_units.shape[0]          # bytes per unit
-    pu = np.uint64(p // per)                            # units per patch row segment
-    wu = np.uint64(width // per)
-    ppu = np.uint64(p * p // per)
+    blocku = np.uint64(p * p // per)                    # units per p × p block
     rowu = np.uint64(3 * tp * p * p // per)
     for gy in range(gh):
         for i in range(p):
@@ -288,10 +286,11 @@ def _resize_patches_loop(planes, index, weights, precision, p, m, tp, gt, t0, tc
                         row = plane[index[y, k]]
                         for x in range(width):
                             acc[x] += np.int32(row[x]) * w
-                off = (c * p + i) * width
-                for x in range(width):
-                    v = acc[x] >> precision
-                    band[off + x] = 0 if v < 0 else (255 if v > 255 else v)
+                for px in range(gw):
+                    base = ((px * 3 + c) * p + i) * p
+                    for j in range(p):
+                        v = acc[px * p + j] >> precision
+                        band[base + j] = 0 if v < 0 else (255 if v > 255 else v)
         bh = gy // m
         mh = gy - bh * m
         first = gt * gh * gw + bh * (gw // m) * m * m + mh * m   # row of the band's first patch
@@ -299,14 +298,11 @@ def _resize_patches_loop(planes, index, weights, precision, p, m, tp, gt, t0, tc
             bw = px // m
             n = np.uint64(first + bw * m * m + (px - bw * m))
             for c in range(3):
-                src = np.uint64(c * p) * wu + np.uint64(px) * pu
+                src = np.uint64(px * 3 + c) * blocku
                 for t in range(t0, t0 + tcount):
-                    dst = n * rowu + np.uint64(c * tp + t) * ppu
-                    for i in range(p):
-                        s = src + np.uint64(i) * wu
-                        d = dst + np.uint64(i) * pu
-                        for j in range(pu):
-                            out_units[d + np.uint64(j)] = band_units[s + np.uint64(j)]
+                    dst = n * rowu + np.uint64(c * tp + t) * blocku
+                    for j in range(blocku):
+                        out_units[dst + np.uint64(j)] = band_units[src + np.uint64(j)]
     return out_units
 
 
