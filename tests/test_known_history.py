@@ -171,3 +171,38 @@ def test_agent_turns_through_a_server_are_exact_and_parse_the_history_once():
 def _metric(text: str) -> float:
     found = re.search(r'^render_service_known_history_lookups_total\{outcome="reused"\} ([0-9.e+]+)$', text, re.M)
     return float(found.group(1)) if found else 0.0
+
+
+def test_image_conversation_reuses_its_history_and_answers_as_a_fresh_parse():
+    """A growing conversation with an image in its first message on the vision model: each
+    turn whose history is reused answers byte for byte what the same body answers when
+    nothing is reused (a leading space: no kept body starts like it) — ids, mm hashes,
+    placeholders, tensors."""
+    from conftest import fixture_module
+    from test_multimodal_units import ANSWERS
+
+    if not (MODELS / "qwen2.5-vl-instruct").is_dir():
+        pytest.skip("../shared/models/qwen2.5-vl-instruct not present")
+    record = fixture_module("vllm_mm/record.py")
+    case = next(c for c in ANSWERS["cases"] if c["name"] == "single_jpeg_640x480")
+    first = record.resolve(case["request"])
+    messages = first["messages"]
+    turns = []
+    for k in range(4):
+        messages = messages + [{"role": "assistant", "content": f"It is a photo ({k})."},
+                               {"role": "user", "content": f"What else is in it? ({k})"}]
+        turns.append({**first, "messages": messages, "request_id": f"turn{k}"})
+    vl = MODELS / "qwen2.5-vl-instruct"
+    with render_server(str(vl), mm_hash_model_id=ANSWERS["model_id"],
+                       served_model_name=(str(vl), ANSWERS["model_id"])) as url, \
+            httpx.Client(base_url=url, timeout=120) as client:
+        headers = {"content-type": "application/json"}
+        assert client.post(PATH, content=orjson.dumps(turns[0]), headers=headers).status_code == 200  # kept
+        for body in turns[1:]:
+            before = _metric(client.get("/metrics").text)
+            reused = client.post(PATH, content=orjson.dumps(body), headers=headers)
+            assert _metric(client.get("/metrics").text) == before + 1
+            fresh = client.post(PATH, content=b" " + orjson.dumps(body), headers=headers)
+            assert reused.status_code == fresh.status_code == 200, reused.text
+            assert reused.content == fresh.content
+            assert reused.json()["features"]["mm_hashes"]
