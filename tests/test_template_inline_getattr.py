@@ -24,7 +24,7 @@ TEMPLATES = [
     "{% for x in xs %}{{ loop.index0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}"
     "{{ x.role if x.role is defined else x.content }}{{ xs[loop.index0].role }}"
     "{% if not loop.last %}{{ xs[loop.index0 + 1].role }}{% endif %}{% endfor %}",
-    "{{ s.upper() }}|{{ s.split('.')[1] }}|{{ s.missing is defined }}|{{ s.format }}",
+    "{{ s.upper() }}|{{ s.split('.')[1] }}|{{ s.missing is defined }}|{{ (s ~ '{0}').format(1) }}|{{ s.format is defined }}",
     "{% set ns = namespace(a=1) %}{% for x in xs %}{% set ns.a = ns.a + 1 %}{% endfor %}{{ ns.a }}",
     "{{ n.role is defined }}|{{ (m.role ~ s).upper() }}|{{ [m, m][1].role }}",
     "{% for x in xs %}{% for y in xs %}{{ loop.index }}{{ y.role }}{% endfor %}{{ loop.index }}{% endfor %}",
