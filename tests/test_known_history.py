@@ -118,12 +118,14 @@ def test_broken_or_odd_bodies_raise_or_parse_as_orjson():
 
 
 def test_kept_bodies_are_bounded():
-    cache = KnownHistory(max_entries=3, max_bytes=10**9)
+    cache = KnownHistory(max_entries=3, max_bytes=10**9, max_cold=2)
     for index in range(6):
-        _same(cache, _body(_conversation(turns=6)[-1] + [{"role": "user", "content": f"case {index}"}],
-                           user=f"u{index}"))
+        messages = _conversation(turns=6)[-1]
+        messages[1] = {"role": "user", "content": f"Ticket {index}."}  # a conversation of its own
+        for turn in range(3):  # its first body is cold; each later one extends the one before
+            _same(cache, _body(messages + [{"role": "user", "content": f"turn {turn}"}] * (turn + 1)))
         _same(cache, _body([{"role": "system", "content": f"system {index} " * 3000}, {"role": "user", "content": "q"}]))
-    assert len(cache._bodies) == 3
+    assert len(cache._bodies) == 3 and len(cache._cold) == 2
     small = KnownHistory(max_entries=64, max_bytes=100_000)
     for messages in _conversation(turns=12):
         _same(small, _body(messages))

@@ -28,7 +28,9 @@ Anything else — a body under `MIN_BODY_BYTES`, no match, a shortened text that
 parse — goes through plain ``orjson.loads(body)``, so errors read as before. The kept
 values are shared between requests: render never mutates a client's message objects
 (`render.messages.prepare_messages` copies). Bounded by `MAX_ENTRIES` bodies and
-`MAX_BYTES` of them; Prometheus counts lookups by outcome and the bytes not re-parsed.
+`MAX_BYTES` of them, of which bodies no later one has extended yet (one-shot traffic, or
+a conversation's first large turn) are at most `MAX_COLD`, so a lookup compares few;
+Prometheus counts lookups by outcome and the bytes not re-parsed.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from prometheus_client import Counter
 MIN_BODY_BYTES = 16 * 1024
 """Smaller bodies parse in microseconds: they are neither kept nor looked up."""
 MAX_ENTRIES = 64
+MAX_COLD = 8
 MAX_BYTES = 128 * 1024 * 1024
 """Bytes of kept bodies (their parsed values cost about as much again)."""
 
@@ -63,15 +66,12 @@ class _Body:
     """A kept body: its bytes, where its ``messages`` array opens (``start``, just past the
     "["), the parsed messages, and the end offsets of the first ``len(ends)`` of them."""
 
-    __slots__ = ("data", "start", "messages", "ends")
+    __slots__ = ("data", "start", "messages", "ends", "key", "extends")
 
-    def __init__(self, data: bytes, start: int, messages: list, ends: list[int]) -> None:
-        self.data, self.start, self.messages, self.ends = data, start, messages, ends
-
-    @property
-    def key(self) -> memoryview:
-        """The bytes through the first two messages: what a later body of the conversation starts with."""
-        return memoryview(self.data)[:self.ends[1]]
+    def __init__(self, data: bytes, start: int, messages: list, ends: list[int], extends: bool) -> None:
+        self.data, self.start, self.messages, self.ends, self.extends = data, start, messages, ends, extends
+        # the bytes through the first two messages: what a later body of the conversation starts with
+        self.key = memoryview(data)[:ends[1]]
 
     def complete_ends(self) -> bool:
         """Find every message's end (once, when a later body first matches): True when found."""
@@ -106,9 +106,11 @@ class KnownHistory:
     """`loads` with a memory of recent large chat bodies (see the module docstring).
     Thread-safe; one per process (`KNOWN`)."""
 
-    def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES) -> None:
-        self.max_entries, self.max_bytes = max_entries, max_bytes
-        self._bodies: OrderedDict[int, _Body] = OrderedDict()  # id -> body, least recently used first
+    def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES, max_cold: int = MAX_COLD) -> None:
+        self.max_entries, self.max_bytes, self.max_cold = max_entries, max_bytes, max_cold
+        # id -> body, least recently used first: those that extended a kept body, and the rest (cold)
+        self._bodies: OrderedDict[int, _Body] = OrderedDict()
+        self._cold: OrderedDict[int, _Body] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -123,20 +125,21 @@ class KnownHistory:
             if out is not None:
                 LOOKUPS.labels("reused").inc()
                 REUSED_BYTES.inc(known.ends[count - 1] - known.start)
-                self._keep(body, out["messages"], known.start, known.ends[:count], len(out["messages"]))
+                self._keep(body, out["messages"], known.start, known.ends[:count], len(out["messages"]), True)
                 return out
         LOOKUPS.labels("parsed").inc()
         out = orjson.loads(body)
         messages = out.get("messages") if isinstance(out, dict) else None
-        start = _array_start(body) if isinstance(messages, list) and len(messages) >= 2 else None
+        # a first question (system + user) is not kept: most are never continued (render-9k's)
+        start = _array_start(body) if isinstance(messages, list) and len(messages) > 2 else None
         if start is not None:
-            self._keep(body, messages, start, [], 2)
+            self._keep(body, messages, start, [], 2, False)
         return out
 
     def _match(self, body: bytes) -> tuple[_Body, int] | None:
         """The most recent kept body ``body`` starts like, and how many messages they share."""
         with self._lock:
-            candidates = list(reversed(self._bodies.values()))
+            candidates = [*reversed(self._bodies.values()), *reversed(self._cold.values())]
         for known in candidates:
             if body.startswith(known.key):
                 with self._lock:
@@ -148,20 +151,22 @@ class KnownHistory:
         return None
 
     def _forget(self, known: _Body) -> None:
-        if self._bodies.pop(id(known), None) is not None:
+        if (self._bodies if known.extends else self._cold).pop(id(known), None) is not None:
             self._bytes -= len(known.data)
 
-    def _keep(self, body: bytes, messages: list, start: int, ends: list[int], upto: int) -> None:
+    def _keep(self, body: bytes, messages: list, start: int, ends: list[int], upto: int, extends: bool) -> None:
         """Keep ``body``, whose first ``len(ends)`` message ends are known, when the ends
         of its first two are: those through message ``upto`` are looked for now, as orjson
         writes them; the rest when a later body matches (`_Body.complete_ends`)."""
         ends = ends + _ends(body, ends[-1] if ends else start, messages[len(ends):upto], not ends)
         if len(ends) < 2:
             return
-        entry = _Body(body, start, messages, ends)
+        entry = _Body(body, start, messages, ends, extends)
         with self._lock:
-            self._bodies[id(entry)] = entry
+            (self._bodies if extends else self._cold)[id(entry)] = entry
             self._bytes += len(body)
+            while self._cold and (len(self._cold) > self.max_cold or self._bytes > self.max_bytes):
+                self._forget(next(iter(self._cold.values())))
             while self._bodies and (len(self._bodies) > self.max_entries or self._bytes > self.max_bytes):
                 self._forget(next(iter(self._bodies.values())))
 
