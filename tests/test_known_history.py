@@ -208,3 +208,11 @@ def test_image_conversation_reuses_its_history_and_answers_as_a_fresh_parse():
             assert reused.status_code == fresh.status_code == 200, reused.text
             assert reused.content == fresh.content
             assert reused.json()["features"]["mm_hashes"]
+
+
+def test_a_caller_changing_its_list_does_not_change_what_is_kept():
+    cache = KnownHistory()
+    turns = _conversation()
+    for messages in turns[:-1]:
+        cache.loads(_body(messages))["messages"][-1] = {"role": "user", "content": "changed by the caller"}
+    _same(cache, _body(turns[-1]))

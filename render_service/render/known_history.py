@@ -161,7 +161,7 @@ class KnownHistory:
         ends = ends + _ends(body, ends[-1] if ends else start, messages[len(ends):upto], not ends)
         if len(ends) < 2:
             return
-        entry = _Body(body, start, messages, ends, extends)
+        entry = _Body(body, start, list(messages), ends, extends)  # the caller may change its list
         with self._lock:
             (self._bodies if extends else self._cold)[id(entry)] = entry
             self._bytes += len(body)
