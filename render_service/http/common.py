@@ -144,8 +144,9 @@ def small_body(request: Request) -> bool:
     return False
 
 
-async def read_json(request: Request, max_bytes: int) -> Any:
-    """Parse the body as JSON.
+async def read_json(request: Request, max_bytes: int, loads: Callable[[bytes], Any] = orjson.loads) -> Any:
+    """Parse the body as JSON (with ``loads``: orjson's, or one equal in value that raises
+    the same errors, e.g. `render.known_history.KNOWN.loads`).
 
     Raises:
         OpenAIError: 400 for a non-JSON content type or malformed JSON (vLLM answers 400, not
@@ -184,7 +185,7 @@ async def read_json(request: Request, max_bytes: int) -> Any:
             raise OpenAIError(413, f"Request body exceeds the limit of {max_bytes} bytes.")
         chunks.append(chunk)
     try:
-        return orjson.loads(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        return loads(chunks[0] if len(chunks) == 1 else b"".join(chunks))
     except orjson.JSONDecodeError as exc:
         raise bad_request(f"Request body is not valid JSON: {exc}") from None
 

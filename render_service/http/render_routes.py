@@ -13,6 +13,7 @@ from ..doors.completions import render_completion
 from ..render import new_request_id, render_chat
 from ..render.tool_constraints import unenforced
 from ..tokenizer.ids_json import dumps_answer, release
+from ..render.known_history import KNOWN
 from ..render.media import chat_media_parts, load_media_input, mm_payload
 from ..wire.openai import ChatCompletionRequest, CompletionRequest
 from .common import AppContext, JSONResponse, first_header, read_json, small_body, validate
@@ -36,7 +37,7 @@ def routes(ctx: AppContext) -> list[Route]:
     """The render routes bound to ``ctx``."""
 
     async def chat(request: Request) -> JSONResponse:
-        body = await read_json(request, ctx.config.max_body_bytes)
+        body = await read_json(request, ctx.config.max_body_bytes, KNOWN.loads)  # an agent's history is parsed once
         with tracing.span("parse"):
             req = validate(ChatCompletionRequest, body)
         ctx.check_model(req.model)

@@ -55,6 +55,9 @@ def prepare_messages(messages: list[Any], template: ChatTemplate, media: bool | 
     if not isinstance(messages, list) or not messages:
         raise bad_request("`messages` must be a non-empty list.", "messages")
     out = []
+    null = None if template.null_content == "none" else ""
+    content_format, arguments_form = template.content_format, template.arguments_form
+    text_stays = not (media and content_format == "openai")  # string content is kept as it is (`_content`)
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise bad_request(f"messages[{i}] must be an object.", f"messages.{i}")
@@ -62,12 +65,13 @@ def prepare_messages(messages: list[Any], template: ChatTemplate, media: bool | 
         if not isinstance(role, str) or not role:
             raise bad_request(f"messages[{i}].role must be a non-empty string.", f"messages.{i}.role")
         prepared = dict(message)
-        if prepared.get("content") is None:
-            prepared["content"] = None if template.null_content == "none" else ""
-        else:
-            prepared["content"] = _content(prepared["content"], template.content_format, f"messages.{i}.content", media)
+        content = prepared.get("content")
+        if content is None:
+            prepared["content"] = null
+        elif not (text_stays and content.__class__ is str):
+            prepared["content"] = _content(content, content_format, f"messages.{i}.content", media)
         if prepared.get("tool_calls"):
-            prepared["tool_calls"] = _tool_calls(prepared["tool_calls"], template.arguments_form, f"messages.{i}.tool_calls")
+            prepared["tool_calls"] = _tool_calls(prepared["tool_calls"], arguments_form, f"messages.{i}.tool_calls")
         out.append(prepared)
     return developer_as_system(out, template.source)  # every door's conversation meets the template here
 
