@@ -72,10 +72,11 @@ def routes(ctx: AppContext) -> list[Route]:
 
 class DerenderEndpoint:
     """Raw ASGI endpoint of a JSON derender route (``stream`` picks the streamed model and
-    function): a streamed chunk is the hottest request there is, and starlette's
-    request/response wrapper (a Request, two closures, a Response object, a sender wrapper
-    around each send) was a visible part of it. The answer's head is what starlette's
-    `JSONResponse` sends: ``content-length``, then ``content-type: application/json``."""
+    function): a streamed chunk is the hottest request there is, so it is called as an ASGI
+    app (by `http.front` straight, else by Starlette's router without its request/response
+    wrapper) and writes its two answer messages itself, without a Response object. The
+    answer's head is what starlette's `JSONResponse` sends: ``content-length``, then
+    ``content-type: application/json``."""
 
     def __init__(self, ctx: AppContext, path: str, known: KnownFields, plain: tuple[type, Callable],
                  streamed: tuple[type, Callable]) -> None:
