@@ -152,7 +152,7 @@ class ChoiceStream:
 
         protected = max(0, plan.min_tokens - self.n_tokens)
         first = self.detok.push(text_ids[:protected]) if protected else ""
-        rest = self.detok.push(text_ids[protected:])
+        rest = self.detok.push(text_ids[protected:] if protected else text_ids)
         if finish is not None:
             rest += self.detok.flush()
         self.n_tokens += len(ids)

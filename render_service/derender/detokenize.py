@@ -222,6 +222,11 @@ class IncrementalDetokenizer:
         if not self._bytes.known:
             pending = self._tok.decode(self.ids[self.read:], skip_special_tokens=self._skip)
             return pending.endswith(REPLACEMENT)
+        last = self.ids[-1]
+        if not (self._skip and self._tok.is_special(last)):
+            b = self._bytes.of(last)
+            if b and b[-1] < 0x80:  # ends in ASCII (most tokens): nothing unfinished, as _utf8_incomplete finds
+                return False
         tail = b""
         for i in range(len(self.ids) - 1, self.read - 1, -1):
             tid = self.ids[i]

@@ -75,7 +75,7 @@ class KnownFields:
                         self._values.popitem(last=False)
             return req
         req = validate(model, {**body, self.field: None})
-        setattr(req, self.field, known)
+        req.__dict__[self.field] = known  # what setattr does (the field is set already), without pydantic's __setattr__
         return req
 
 

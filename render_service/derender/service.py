@@ -72,19 +72,22 @@ class Derenderer:
             raise bad_request("The generate response has no choices.", f"{param}.choices")
         if len(gen.choices) > MAX_CHOICES:
             raise bad_request(f"At most {MAX_CHOICES} choices are allowed.", f"{param}.choices")
-        limit, max_lp = self.bundle.max_model_len, self.config.max_logprobs
+        limit, max_lp, vocab = self.bundle.max_model_len, self.config.max_logprobs, self.tok.vocab_size
         seen: set[int] = set()
         for i, ch in enumerate(gen.choices):
-            p = f"{param}.choices.{i}"
+            ids = ch.token_ids
             if ch.index in seen:
-                raise bad_request(f"Choice index {ch.index} appears twice.", f"{p}.index")
+                raise bad_request(f"Choice index {ch.index} appears twice.", f"{param}.choices.{i}.index")
             seen.add(ch.index)
-            if not streaming and not ch.token_ids:
-                raise bad_request("A choice has no token_ids.", f"{p}.token_ids")
-            if ch.token_ids and len(ch.token_ids) > limit:
-                raise bad_request(f"A choice has {len(ch.token_ids)} token_ids; max_model_len is {limit}.", f"{p}.token_ids")
-            check_token_ids(ch.token_ids, self.tok.vocab_size, f"{p}.token_ids")
+            if not streaming and not ids:
+                raise bad_request("A choice has no token_ids.", f"{param}.choices.{i}.token_ids")
+            if ids and (len(ids) > limit or min(ids) < 0 or max(ids) >= vocab):  # (the message built on error only)
+                if len(ids) > limit:
+                    raise bad_request(f"A choice has {len(ids)} token_ids; max_model_len is {limit}.",
+                                      f"{param}.choices.{i}.token_ids")
+                check_token_ids(ids, vocab, f"{param}.choices.{i}.token_ids")
             if ch.logprobs is not None:
+                p = f"{param}.choices.{i}"
                 if len(ch.logprobs.content) > limit:
                     raise bad_request(f"logprobs.content is longer than max_model_len={limit}.", f"{p}.logprobs")
                 if max_lp != -1 and any(len(pos.top_logprobs or []) > max_lp + 1 for pos in ch.logprobs.content):

@@ -105,18 +105,19 @@ class StateCodec:
         # the keyed hash after the fixed "v|fp|" prefix: each MAC copies it (no key schedule per call)
         self._keyed = hmac.new(self._key, f"{VERSION}|{self.fp}|".encode(), hashlib.sha256)
 
-    def _mac(self, s: str) -> str:
+    def _mac(self, s: bytes) -> str:
         h = self._keyed.copy()
-        h.update(s.encode())
+        h.update(s)
         return h.hexdigest()[:32]
 
     def seal(self, payload: dict, api: str | None = None) -> dict:
         """Wrap ``payload`` (plain JSON data) into the wire object; ``api`` (a key of `ROUTES`)
         names the route family that issued it, so `open` can refuse it on another."""
-        s = orjson.dumps(payload if api is None else {**payload, "api": api}).decode()
+        raw = orjson.dumps(payload if api is None else {**payload, "api": api})
+        s = raw.decode()
         if len(s) > MAX_STATE_BYTES:
             raise ValueError(f"the stream's state exceeds {MAX_STATE_BYTES >> 20} MiB; use the pipe route for it")
-        return {"v": VERSION, "fp": self.fp, "s": s, "mac": self._mac(s)}
+        return {"v": VERSION, "fp": self.fp, "s": s, "mac": self._mac(raw)}  # raw is s.encode()
 
     def open(self, state: Any, api: str | None = None) -> dict:
         """Check and unwrap a wire object; returns the payload dict. With ``api``, the state
@@ -136,7 +137,7 @@ class StateCodec:
         s, mac = state["s"], state["mac"]
         if not isinstance(s, str) or not isinstance(mac, str) or len(s) > MAX_STATE_BYTES or not mac.isascii():
             raise ValueError("stream_state is malformed")
-        if not hmac.compare_digest(mac, self._mac(s)):
+        if not hmac.compare_digest(mac, self._mac(s.encode())):
             raise ValueError("stream_state failed its integrity check (modified, or sealed with another secret)")
         try:
             payload = orjson.loads(s)

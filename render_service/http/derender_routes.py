@@ -34,7 +34,7 @@ from ..derender.known import KnownFields
 from ..wire.derender import (ChatRequestFields, DerenderChatRequest, DerenderChatStreamRequest,
                              DerenderCompletionRequest, DerenderCompletionStreamRequest, PipeHeader)
 from .admission import refusal_headers
-from .common import AppContext, JSONResponse, error_response, read_json, small_body, validate
+from .common import AppContext, error_response, read_json, small_body, validate
 
 log = logging.getLogger(__name__)
 
@@ -54,29 +54,6 @@ def _token_count(body: dict) -> int:
 def routes(ctx: AppContext) -> list[Route]:
     """The derender routes for ``ctx.bundle``."""
     d = Derenderer(ctx.bundle, ctx.config)
-
-    def endpoint(path: str, known: KnownFields, plain: tuple[type, Callable],
-                 streamed: tuple[type, Callable]) -> Callable:
-        chunks = ctx.metrics.derender_chunks.labels(path)  # the route's counter, looked up once
-
-        async def handle(request: Request) -> JSONResponse:
-            try:
-                body = await read_json(request, ctx.config.max_body_bytes)
-                model, fn = streamed if isinstance(body, dict) and body.get("stream") is True else plain
-                req = known.validate(model, body)
-                ctx.check_model(req.model)
-                inline = small_body(request) and _token_count(body) < INLINE_TOKENS
-                result = fn(req) if inline else await ctx.run_cpu(fn, req)
-                if model is streamed[0]:
-                    chunks.inc()
-                return JSONResponse(result)
-            except OpenAIError as err:
-                return error_response(err)
-            except Exception:  # a bug of ours: say so without leaking internals
-                log.exception("derender failed")
-                return error_response(OpenAIError(500, "Internal error while derendering."))
-        return handle
-
     # a stream's chat_request / completion_request comes with every chunk: validated once (derender.known)
     chat = (KnownFields("chat_request", ChatRequestFields), (DerenderChatRequest, d.chat),
             (DerenderChatStreamRequest, d.chat_stream))
@@ -84,12 +61,49 @@ def routes(ctx: AppContext) -> list[Route]:
                   (DerenderCompletionStreamRequest, d.completion_stream))
     ctx.metrics.add_collector(_KeptStateCollector(d.live, (chat[0], completion[0])))
     return [
-        *(Route(path, endpoint(path, *chat), methods=["POST"]) for path in (DOORS["chat"].derender_path, "/derender")),
-        Route(DOORS["completion"].derender_path, endpoint(DOORS["completion"].derender_path, *completion),
+        *(Route(path, DerenderEndpoint(ctx, path, *chat), methods=["POST"])
+          for path in (DOORS["chat"].derender_path, "/derender")),
+        Route(DOORS["completion"].derender_path, DerenderEndpoint(ctx, DOORS["completion"].derender_path, *completion),
               methods=["POST"]),
         Route(DOORS["chat"].derender_path + "/pipe", PipeEndpoint(ctx, d, "chat"), methods=["POST"]),
         Route(DOORS["completion"].derender_path + "/pipe", PipeEndpoint(ctx, d, "completion"), methods=["POST"]),
     ]
+
+
+class DerenderEndpoint:
+    """Raw ASGI endpoint of a JSON derender route (``stream`` picks the streamed model and
+    function): a streamed chunk is the hottest request there is, so it is called as an ASGI
+    app (by `http.front` straight, else by Starlette's router without its request/response
+    wrapper) and writes its two answer messages itself, without a Response object. The
+    answer's head is what starlette's `JSONResponse` sends: ``content-length``, then
+    ``content-type: application/json``."""
+
+    def __init__(self, ctx: AppContext, path: str, known: KnownFields, plain: tuple[type, Callable],
+                 streamed: tuple[type, Callable]) -> None:
+        self.ctx, self.known, self.plain, self.streamed = ctx, known, plain, streamed
+        self.chunks = ctx.metrics.derender_chunks.labels(path)  # the route's counter, looked up once
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        ctx = self.ctx
+        try:
+            request = Request(scope, receive)
+            body = await read_json(request, ctx.config.max_body_bytes)
+            model, fn = self.streamed if type(body) is dict and body.get("stream") is True else self.plain
+            req = self.known.validate(model, body)
+            ctx.check_model(req.model)
+            inline = small_body(request) and _token_count(body) < INLINE_TOKENS
+            result = fn(req) if inline else await ctx.run_cpu(fn, req)
+            if model is self.streamed[0]:
+                self.chunks.inc()
+            out = orjson.dumps(result)
+        except OpenAIError as err:
+            return await error_response(err)(scope, receive, send)
+        except Exception:  # a bug of ours: say so without leaking internals
+            log.exception("derender failed")
+            return await error_response(OpenAIError(500, "Internal error while derendering."))(scope, receive, send)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(out)).encode()), (b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": out})
 
 
 class _KeptStateCollector:
@@ -198,4 +212,4 @@ class PipeEndpoint:
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-__all__ = ["routes", "PipeEndpoint"]
+__all__ = ["routes", "DerenderEndpoint", "PipeEndpoint"]

@@ -52,6 +52,8 @@ def check_nesting(value: Any, limit: int = MAX_NESTING) -> Any:
     Raises:
         ValueError: nested deeper (pydantic reports it as a 400 naming the field).
     """
+    if not isinstance(value, (list, dict)):  # most values checked are null: no list to build
+        return value
     level = [value]
     for _ in range(limit + 1):
         level = [v for x in level if isinstance(x, (list, dict)) for v in (x.values() if isinstance(x, dict) else x)]
