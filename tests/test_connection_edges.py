@@ -6,6 +6,7 @@ each test failed before its fix.
 
 from __future__ import annotations
 
+import errno
 import json
 import socket
 import time
@@ -230,3 +231,84 @@ def test_a_probe_over_the_head_bound_is_431_even_in_one_read(server):
         sock.sendall(head)
         out, _ = _read_all(sock, 3)
     assert out.startswith(b"HTTP/1.1 431"), out[:200]
+
+
+# -- last session's leftovers (each failed before its fix) --------------------------------
+
+def _chunked_post(body: bytes = BODY, path: bytes = b"/v1/chat/completions/render", coding: bytes = b"chunked") -> bytes:
+    return (b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: %s\r\n\r\n"
+            % (path, coding) + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
+
+
+BIG_BODY = json.dumps({"model": None, "messages": [{"role": "user", "content": "word " * 6000}]}).encode()
+
+
+@pytest.mark.parametrize("request_bytes", [_chunked_post(), _post(BIG_BODY), _post() + _post(BIG_BODY)],
+                         ids=["chunked", "rendered-in-the-pool", "pipelined"])
+def test_a_client_that_half_closes_after_its_request_gets_its_answers(server, request_bytes):
+    """An HTTP/1.1 client may shut its sending side once its request is out (``shutdown(SHUT_WR)``);
+    uvicorn (and vLLM 0.33) took the EOF for a disconnect and dropped every answer not yet written.
+    The answers come, then the connection closes."""
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(request_bytes)
+        sock.shutdown(socket.SHUT_WR)
+        out, closed = _read_all(sock, 10)
+    assert out.count(b"HTTP/1.1 200 OK") == request_bytes.count(b"POST ") and closed, out[:300]
+
+
+def test_a_half_close_inside_a_request_closes_the_connection(server):
+    """A request cut by the client's EOF can never complete: the connection closes at once
+    (its handler gets the disconnect), as before."""
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(_post()[:-5])
+        sock.shutdown(socket.SHUT_WR)
+        started = time.monotonic()
+        out, closed = _read_all(sock, 5)
+    assert out == b"" and closed and time.monotonic() - started < 3, out[:300]
+
+
+@pytest.mark.parametrize("coding", [b"gzip, chunked", b"deflate, chunked", b"identity, chunked"])
+def test_a_transfer_coding_other_than_chunked_is_refused(server, coding):
+    """llhttp accepts ``Transfer-Encoding: gzip, chunked`` and hands over the chunked body still
+    gzipped; uvicorn (and vLLM 0.33) then parsed the compressed bytes as if they were the body
+    (a plain-JSON body sent so rendered as if the header were absent). Refused: 400 in the API's
+    error shape, naming the header, and the connection closes (its body is not read)."""
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(_chunked_post(coding=coding))
+        out, closed = _read_all(sock, 5)
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and closed, out[:300]
+    error = json.loads(body)["error"]
+    assert error["type"] == "BadRequestError" and "Transfer-Encoding" in error["message"], error
+
+
+def test_a_chunked_body_is_still_served(server):
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(_chunked_post(coding=b"Chunked"))
+        out, _ = _read_all(sock, 3)
+    assert out.startswith(b"HTTP/1.1 200"), out[:300]
+
+
+def test_a_client_that_never_reads_its_answer_is_dropped_and_others_are_served():
+    """A client that asks for a large answer and never reads it held its connection, and the
+    answer's bytes in the server's buffer, with no deadline (uvicorn waits for the buffer to
+    drain for ever). Once the buffer is past its high-water mark the client has
+    ``--body-read-timeout`` seconds to read; past it the connection is reset. Another client is
+    served meanwhile."""
+    body = json.dumps({"model": None, "prompt": ["1" * 8000] * 400, "max_tokens": 4}).encode()
+    # ~10 MB of token ids: past what the kernel buffers for a socket (4 MB at most by default)
+    with spawned_serve("--timeout-keep-alive", "60", "--body-read-timeout", "2") as url:
+        host, port = url.removeprefix("http://").split(":")
+        hog = socket.socket()
+        hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the kernel holds little for it
+        hog.connect((host, int(port)))
+        with hog:
+            hog.sendall(_post(body, b"/v1/completions/render"))
+            started, reset = time.monotonic(), False
+            while not reset and time.monotonic() - started < 40:
+                with socket.create_connection((host, int(port)), timeout=10) as other:  # served meanwhile
+                    other.sendall(_post())
+                    out, _ = _read_all(other, 0.5)
+                    assert out.startswith(b"HTTP/1.1 200"), out[:200]
+                reset = hog.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNRESET  # reads nothing
+    assert reset, "the connection of a client that reads nothing was kept for 40 s"

@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import struct
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -62,6 +63,7 @@ from .drain import grace_before_cut
 from .admission import Admission, refusal_bytes
 
 _UNSET = object()
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST and drops unsent bytes
 DRAIN_MAX_BYTES = 64 << 20
 """Most body bytes read (and dropped) after a request was answered early, before closing."""
 OVER_CAP_WAIT_S = 1.0
@@ -125,12 +127,9 @@ class _HeadWithBody:
         return self._transport.get_extra_info(name, default)
 
 
-class _HeadTooLong(Exception):
-    """Raised from llhttp's headers callback when the head is over `MAX_HEAD_BYTES`."""
-
-
-class _PipelineFull(Exception):
-    """Raised from llhttp's headers callback when `MAX_PIPELINED` requests are queued."""
+class _Refused(Exception):
+    """Raised from llhttp's headers callback to stop parsing a request the connection refuses
+    (its answer is `HardenedProtocol._parse_refusal`)."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +189,7 @@ class HardenedProtocol(HttpToolsProtocol):
 
     _head_timer: asyncio.TimerHandle | None = None
     _body_timer: asyncio.TimerHandle | None = None
+    _write_timer: asyncio.TimerHandle | None = None
     _body_cycle: object = None
     _body_started = 0.0
     _body_received = 0
@@ -197,8 +197,8 @@ class HardenedProtocol(HttpToolsProtocol):
     _head_bytes = -1  # bytes of a request head still incomplete; -1 once the head is complete
     _head_began = False  # a request head began in the packet being read
     _other_bytes = 0  # bytes of the packet being read that belong to earlier requests (heads, bodies)
-    _head_too_long = False
-    _pipeline_full = False
+    _parse_refusal: Callable[[], None] | None = None  # the answer to a request refused in on_headers_complete
+    _eof = False  # the client shut its sending side after whole requests: answer them, then close
     _over_cap = False  # accepted past --max-connections: only a probe is answered
     _refusal: Callable[[], None] | None = None  # a refused request's answer, due after the answers before it
 
@@ -264,13 +264,23 @@ class HardenedProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._head_bytes = -1
         # The head's length in its usual form: "METHOD url HTTP/1.1\r\n", "name: value\r\n" each, "\r\n".
-        size = len(self.url) + 14 + sum(len(k) + len(v) + 4 for k, v in self.headers)
+        size = len(self.url) + 14
+        coding = None
+        for k, v in self.headers:
+            size += len(k) + len(v) + 4
+            if k == b"transfer-encoding":
+                coding = v if coding is None else coding + b", " + v
         if size > MAX_HEAD_BYTES - 32 and size + len(self.parser.get_method()) > MAX_HEAD_BYTES:  # methods are short
-            self._head_too_long = True
-            raise _HeadTooLong  # llhttp stops; uvicorn's data_received answers through send_400_response
-        if len(self.pipeline) >= MAX_PIPELINED:
-            self._pipeline_full = True
-            raise _PipelineFull  # refused (503) once the queued requests are answered; nothing more is read
+            self._refuse_in_parser(self._refuse_head)
+        if coding is not None and coding.lower() != b"chunked":
+            # llhttp takes "gzip, chunked" and hands over the chunked body still gzipped (uvicorn
+            # then parses compressed bytes as the body): a coding we do not undo is refused
+            self._refuse_in_parser(lambda: self._refuse(400, f"Transfer-Encoding {coding.decode('latin-1')!r} "
+                                                             "is not supported: send the body chunked or with "
+                                                             "Content-Length, uncompressed."))
+        if len(self.pipeline) >= MAX_PIPELINED:  # refused (503) once the queued requests are answered
+            self._refuse_in_parser(lambda: self._refuse(503, f"More than {MAX_PIPELINED} requests pipelined on "
+                                                             "one connection; send the rest again on a new connection."))
         self._other_bytes += size + 3
         super().on_headers_complete()
         if self.cycle is not None and self.cycle.transport is self.transport:
@@ -297,15 +307,15 @@ class HardenedProtocol(HttpToolsProtocol):
             cycle.more_body = False
             cycle.message_event.set()
             return
-        if self._head_too_long:
-            refuse = self._refuse_head
-        elif self._pipeline_full:
-            refuse = self._refuse_pipelined
-        else:
-            def refuse() -> None:  # in the API's error shape, not uvicorn's plain text
-                self.transport.write(refusal_bytes(400, f"{msg} (the request could not be parsed as HTTP/1.1)", "/"))
-                self.transport.close()
+        refuse = self._parse_refusal or (  # else llhttp's own: in the API's error shape, not uvicorn's plain text
+            lambda: self._refuse(400, f"{msg} (the request could not be parsed as HTTP/1.1)"))
         self._refuse_after_answers(refuse)
+
+    def _refuse_in_parser(self, refuse: Callable[[], None]) -> None:
+        """Stop llhttp at this request; ``refuse`` answers it (after the answers before it)
+        through uvicorn's ``send_400_response``. Nothing after it is read."""
+        self._parse_refusal = refuse
+        raise _Refused
 
     def _refuse_after_answers(self, refuse: Callable[[], None]) -> None:
         """Call ``refuse`` (it answers and closes) now, or, when the refused bytes came after
@@ -326,14 +336,13 @@ class HardenedProtocol(HttpToolsProtocol):
         if cycle is not None and cycle.response_complete and isinstance(cycle.transport, _HeadWithBody):
             cycle.transport.flush()
 
-    def _refuse_pipelined(self) -> None:
-        self.transport.write(refusal_bytes(503, f"More than {MAX_PIPELINED} requests pipelined on one connection; "
-                                                "send the rest again on a new connection.", "/"))
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer ``status`` in the API's error shape and close the connection."""
+        self.transport.write(refusal_bytes(status, message, "/"))
         self.transport.close()
 
     def _refuse_head(self) -> None:
-        self.transport.write(refusal_bytes(431, f"The request head is longer than {MAX_HEAD_BYTES} bytes.", "/"))
-        self.transport.close()
+        self._refuse(431, f"The request head is longer than {MAX_HEAD_BYTES} bytes.")
 
     def _door(self) -> Door | None:
         door = self.config.__dict__.get("_door", _UNSET)
@@ -391,6 +400,9 @@ class HardenedProtocol(HttpToolsProtocol):
         if self._refusal is not None and not self.pipeline and self.cycle.response_complete:
             self._flush_held()
             self._refusal()
+        elif self._eof and not self.pipeline and self.cycle.response_complete:
+            self._flush_held()
+            self.transport.close()  # the client's requests are all answered and it sends no more
         else:
             self._arm_head_deadline()
 
@@ -404,11 +416,50 @@ class HardenedProtocol(HttpToolsProtocol):
         super().shutdown()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        for timer in (self._head_timer, self._body_timer):
+        for timer in (self._head_timer, self._body_timer, self._write_timer):
             if timer is not None:
                 timer.cancel()
-        self._head_timer = self._body_timer = None
+        self._head_timer = self._body_timer = self._write_timer = None
         super().connection_lost(exc)
+
+    def eof_received(self) -> bool | None:
+        """The client shut its sending side (``shutdown(SHUT_WR)``), which HTTP/1.1 allows once its
+        requests are out: whole requests not yet answered are answered, then the connection
+        closes (uvicorn closed at once and dropped them). Inside a request, whose rest can never
+        come, or with nothing to answer, it closes now (False: the transport closes itself)."""
+        cycle = self.cycle
+        waiting = bool(self.pipeline) or (cycle is not None and not cycle.response_complete)
+        if self._in_message or not waiting or self._over_cap or self.scheme == "https":  # TLS cannot half-close
+            return False
+        self._eof = True
+        return True
+
+    # -- the answers: a client that does not read them -----------------------------------
+
+    def pause_writing(self) -> None:
+        """The transport's buffer is past its high-water mark (the client reads slower than we
+        write): the answer's next write waits (uvicorn), and the client has the body timeout
+        (`BodyLimits`) to read it below the low-water mark, else the connection is dropped with
+        what it holds. A client that sends requests and never reads their answers held its
+        connection and the answers' bytes for ever."""
+        super().pause_writing()
+        if self._write_timer is None:
+            self._write_timer = self.loop.call_later(self._limits().timeout, self._write_stalled)
+
+    def resume_writing(self) -> None:
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+        super().resume_writing()
+
+    def _write_stalled(self) -> None:
+        self._write_timer = None
+        sock = self.transport.get_extra_info("socket")
+        try:  # a reset: a close would leave the kernel's buffer queued behind a window that stays shut
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+        except (AttributeError, OSError):
+            pass
+        self.transport.abort()  # close() would wait for our buffer to drain, which it never does
 
     # -- the request head --------------------------------------------------------------
 
@@ -439,12 +490,15 @@ class HardenedProtocol(HttpToolsProtocol):
 
     # -- the request body --------------------------------------------------------------
 
-    def _arm_body_deadline(self, cycle: object) -> None:
-        self._body_cycle = cycle
+    def _limits(self) -> BodyLimits:
         limits = self.config.__dict__.get("_body_limits")
         if limits is None:  # once per server: the app is the same for every connection
             limits = self.config._body_limits = _app_state(self.app, "body_limits", BodyLimits())  # type: ignore[attr-defined]
-        self._body_limits = limits
+        return limits  # type: ignore[return-value]
+
+    def _arm_body_deadline(self, cycle: object) -> None:
+        self._body_cycle = cycle
+        self._body_limits = limits = self._limits()
         self._body_started = time.monotonic()
         self._body_received = 0
         self._schedule_body_check(self._body_started + limits.timeout)
