@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import ssl
 import struct
 import time
 from dataclasses import dataclass
@@ -170,6 +171,19 @@ _HAS_BODY = re.compile(rb"\r\n(?:content-length|transfer-encoding)[ \t]*:", re.I
 _CLOSE = re.compile(rb"\r\nconnection:[^\r\n]*\bclose\b", re.IGNORECASE)
 
 
+def _ssl_protocol_class(loop: asyncio.AbstractEventLoop) -> type:
+    """The TLS layer ``loop.create_server(ssl=...)`` would use: uvloop's own, else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None
+    if uvloop is not None and isinstance(loop, uvloop.Loop):
+        return uvloop.loop.SSLProtocol
+    from asyncio.sslproto import SSLProtocol
+
+    return SSLProtocol
+
+
 def _whole_request(data: bytes) -> bool:
     """True when ``data`` is exactly one request: its head, a Content-Length body, nothing
     more, and no ``Connection: close`` or ``Transfer-Encoding``."""
@@ -201,14 +215,22 @@ class HardenedProtocol(HttpToolsProtocol):
     _eof = False  # the client shut its sending side after whole requests: answer them, then close
     _over_cap = False  # accepted past --max-connections: only a probe is answered
     _refusal: Callable[[], None] | None = None  # a refused request's answer, due after the answers before it
+    _tcp: asyncio.Transport | None = None  # the TCP transport while its TLS handshake runs
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
+        if self._tcp is None:  # a new TCP connection
+            sock = transport.get_extra_info("socket")
+            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+                try:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                except OSError:
+                    pass
+            tls = self._tls()
+            if tls is not None:
+                self._shake_hands(transport, tls)
+                return
+        else:
+            self._tcp = None  # its TLS handshake is done: ``transport`` is TLS over it
         super().connection_made(transport)
         cheapen(self.access_logger)
         if self.limit_concurrency is not None and len(self.connections) > self.limit_concurrency:
@@ -218,6 +240,38 @@ class HardenedProtocol(HttpToolsProtocol):
             self._head_timer = self.loop.call_later(min(OVER_CAP_WAIT_S, self.timeout_keep_alive), self._refuse_over_cap)
             return
         self._arm_head_deadline()
+
+    # -- TLS: the handshake under the head deadline, counted toward the cap -----------
+
+    def _tls(self) -> ssl.SSLContext | None:
+        tls = self.config.__dict__.get("_tls", _UNSET)
+        if tls is _UNSET:  # once per server: the app is the same for every connection
+            tls = self.config._tls = _app_state(self.app, "tls", None)  # type: ignore[attr-defined]
+        return tls  # type: ignore[return-value]
+
+    def _shake_hands(self, tcp: asyncio.Transport, tls: ssl.SSLContext) -> None:
+        """Put the event loop's TLS layer (its ``SSLProtocol``, as ``create_server(ssl=...)``
+        does) between ``tcp`` and this protocol, with ``timeout_keep_alive`` seconds, the head
+        deadline, for the handshake; `connection_made` runs again with the TLS transport once
+        it is done. uvicorn's ``create_server(ssl=...)`` showed the protocol a connection only
+        after its handshake: one that never finished it was held for 60 s (the loop's
+        ``ssl_handshake_timeout``) and not counted toward ``--max-connections``; it counts here
+        from its accept."""
+        self.connections.add(self)
+        self._tcp = tcp
+        waiter = self.loop.create_future()
+        waiter.add_done_callback(self._handshake_ended)
+        layer = _ssl_protocol_class(self.loop)(self.loop, self, tls, waiter, server_side=True,
+                                               ssl_handshake_timeout=float(self.timeout_keep_alive))
+        tcp.set_protocol(layer)  # before the loop starts reading: the ClientHello is the layer's
+        layer.connection_made(tcp)
+
+    def _handshake_ended(self, waiter: asyncio.Future) -> None:
+        if waiter.cancelled() or waiter.exception() is not None:  # failed, timed out, or the client left
+            tcp, self._tcp = self._tcp, None
+            self.connections.discard(self)
+            if tcp is not None and not tcp.is_closing():
+                tcp.abort()
 
     def _refuse_over_cap(self) -> None:
         self._head_timer = None
@@ -409,6 +463,9 @@ class HardenedProtocol(HttpToolsProtocol):
     def shutdown(self) -> None:
         """uvicorn is shutting down (SIGTERM): start the app's drain (``app.state.drain``), which
         ends its long-lived requests (pipes) properly before uvicorn's own cut."""
+        if self._tcp is not None:  # still shaking hands: no request to finish
+            self._tcp.abort()
+            return
         drain = _app_state(self.app, "drain", None)
         timeout = self.config.timeout_graceful_shutdown
         if drain is not None and timeout is not None:
@@ -416,6 +473,8 @@ class HardenedProtocol(HttpToolsProtocol):
         super().shutdown()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._tcp is not None:  # lost during the TLS handshake (_handshake_ended ends it)
+            return
         for timer in (self._head_timer, self._body_timer, self._write_timer):
             if timer is not None:
                 timer.cancel()

@@ -243,8 +243,7 @@ def run_serve(args: argparse.Namespace) -> int:
         "serving %s (context %d tokens) on %s", bundle.model_name, bundle.max_model_len,
         f"{scheme}://{config.host}:{config.port}" if config.host else f"{scheme} port {config.port} of all interfaces",
     )
-    connection = {**connection_options(args), "root_path": config.root_path, "access_log": config.access_log,
-                  **launch_compat.tls_options(config)}
+    connection = {**connection_options(args), "root_path": config.root_path, "access_log": config.access_log}
     if config.workers > 1:
         os.environ["RENDER_SERVICE_CONFIG"] = json.dumps(config.__dict__, default=list)
         uvicorn.run("render_service.serve.server:app_from_env", factory=True, host=config.host, port=config.port,
