@@ -312,3 +312,31 @@ def test_a_client_that_never_reads_its_answer_is_dropped_and_others_are_served()
                     assert out.startswith(b"HTTP/1.1 200"), out[:200]
                 reset = hog.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNRESET  # reads nothing
     assert reset, "the connection of a client that reads nothing was kept for 40 s"
+
+
+# -- fresh probes (each failed before its fix) ------------------------------------------------
+
+def _chunked_with_trailers(trailers: bytes) -> bytes:
+    return (b"POST /v1/chat/completions/render HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(BODY) + BODY + b"\r\n0\r\n" + trailers + b"\r\n")
+
+
+def test_trailers_past_the_head_bound_are_refused(server):
+    """A chunked body's trailer fields went through uvicorn's header callback into the request's
+    header list, with no bound (the head bound ends with the head, --max-body-bytes counts only
+    the body): 300 MB of trailers grew the server by ~340 MB, then the request was answered.
+    Trailers count against the head bound (431 past it) and are dropped, as ASGI has no place
+    for them."""
+    trailer = b"X-T: " + b"a" * 1000 + b"\r\n"
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(_chunked_with_trailers(trailer * 100))  # ~100 KB
+        out, closed = _read_all(sock, 5)
+    assert out.startswith(b"HTTP/1.1 431") and closed, out[:300]
+
+
+def test_small_trailers_are_accepted_and_not_taken_for_headers(server):
+    """A trailer is not a header: a trailing ``Content-Type`` or ``X-Request-Id`` changes nothing."""
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(_chunked_with_trailers(b"X-Request-Id: from-the-trailer\r\nX-Checksum: 1\r\n"))
+        out, _ = _read_all(sock, 3)
+    assert out.startswith(b"HTTP/1.1 200") and b"from-the-trailer" not in out, out[:400]

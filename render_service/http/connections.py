@@ -133,6 +133,20 @@ class _Refused(Exception):
     (its answer is `HardenedProtocol._parse_refusal`)."""
 
 
+class _Trailers(list):
+    """Where llhttp's header callback puts a chunked body's trailer fields once the head is
+    complete (uvicorn appends them to ``self.headers``, which is the request's ``scope["headers"]``:
+    a trailing ``X-Request-Id`` became the request's, and trailers had no bound). They are
+    counted against `MAX_HEAD_BYTES` with the head and dropped (ASGI has no request trailers)."""
+
+    __slots__ = ("protocol", "size")  # size: bytes of the request's head and trailers so far
+
+    def append(self, field: tuple[bytes, bytes]) -> None:
+        self.size += len(field[0]) + len(field[1]) + 4
+        if self.size > MAX_HEAD_BYTES:
+            self.protocol._refuse_in_parser(self.protocol._refuse_head)
+
+
 @dataclass(frozen=True)
 class Door:
     """What the connection answers by itself (``app.state.door``): ``probes`` maps a GET
@@ -216,6 +230,7 @@ class HardenedProtocol(HttpToolsProtocol):
     _over_cap = False  # accepted past --max-connections: only a probe is answered
     _refusal: Callable[[], None] | None = None  # a refused request's answer, due after the answers before it
     _tcp: asyncio.Transport | None = None  # the TCP transport while its TLS handshake runs
+    _trailers: _Trailers | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if self._tcp is None:  # a new TCP connection
@@ -337,8 +352,15 @@ class HardenedProtocol(HttpToolsProtocol):
                                                              "one connection; send the rest again on a new connection."))
         self._other_bytes += size + 3
         super().on_headers_complete()
-        if self.cycle is not None and self.cycle.transport is self.transport:
-            self.cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:  # a request to answer (not a WebSocket upgrade)
+            trailers = self._trailers
+            if trailers is None:  # one per connection, never holding anything
+                trailers = self._trailers = _Trailers()
+                trailers.protocol = self
+            trailers.size = size
+            self.headers = trailers  # the head is in scope["headers"]; what comes now is trailers
+            cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
 
     def on_body(self, body: bytes) -> None:
         self._other_bytes += len(body)
@@ -479,6 +501,7 @@ class HardenedProtocol(HttpToolsProtocol):
             if timer is not None:
                 timer.cancel()
         self._head_timer = self._body_timer = self._write_timer = None
+        self._trailers = None  # it points back here
         super().connection_lost(exc)
 
     def eof_received(self) -> bool | None:
