@@ -14,15 +14,12 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
-import subprocess
-import sys
 import time
 from typing import Iterator
 
-import httpx
 import pytest
 
-from conftest import free_port
+from test_hostile import spawned_serve_process
 
 
 @contextlib.contextmanager
@@ -33,29 +30,10 @@ def tls_serve(tmp_path, *flags: str) -> Iterator[tuple[tuple[str, int], ssl.SSLC
 
     pki = make_pki(tmp_path)
     context = ssl.create_default_context(cafile=str(pki.ca))
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "render_service.serve.cli", "serve", "--port", str(port),
-                             "--host", "127.0.0.1", "--uvicorn-log-level", "warning", "--ssl-certfile",
-                             str(pki.server_cert), "--ssl-keyfile", str(pki.server_key), *flags],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"https://127.0.0.1:{port}/health", verify=context, timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("server did not start: " + proc.stderr.read().decode()[-2000:])
-            time.sleep(0.2)
-        yield ("127.0.0.1", port), context
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with spawned_serve_process("--ssl-certfile", str(pki.server_cert), "--ssl-keyfile", str(pki.server_key), *flags,
+                               scheme="https", verify=context) as (_, url):
+        host, port = url.removeprefix("https://").split(":")
+        yield (host, int(port)), context
 
 
 def _closed_within(sock: socket.socket, seconds: float) -> bool:

@@ -21,7 +21,10 @@ every worker process uses it:
 
 - every accepted TCP socket gets ``TCP_NODELAY``;
 - a request head longer than `MAX_HEAD_BYTES` gets 431 and the connection is closed (llhttp
-  sets no bound of its own; h11's was 16 KiB);
+  sets no bound of its own; h11's was 16 KiB); a chunked body's trailers count with its head
+  and are dropped (uvicorn put them, unbounded, into the request's headers);
+- a ``Transfer-Encoding`` other than plain ``chunked`` (``gzip, chunked``) gets 400 (llhttp
+  handed the body over still encoded);
 - at most `MAX_PIPELINED` requests queue behind the one being answered (uvicorn's queue has
   no bound); a request refused by the parser (400, 431, or 503 past that bound) is answered
   after the requests before it, then the connection is closed (uvicorn answered it at once,
@@ -36,6 +39,12 @@ every worker process uses it:
 - a request answered before its body was read (400, 413) keeps its connection while the
   client goes on sending that body at the body's pace (at most `DRAIN_MAX_BYTES`), so a
   client that writes everything before it reads sees the answer, not a reset;
+- a client that half-closes (``shutdown(SHUT_WR)``) after whole requests gets their answers,
+  then the close (uvicorn took the EOF for a disconnect and dropped them);
+- an answer left unread past the transport's high-water mark for the body timeout resets the
+  connection (uvicorn waited for the buffer to drain for ever, holding the answer's bytes);
+- with TLS (``app.state.tls``) the connection does the handshake itself, under the head
+  deadline and counted toward the cap (the loop's own TLS held an unfinished one 60 s, uncounted);
 - past ``limit_concurrency`` open connections, a new one gets ``503`` with ``Retry-After``
   and is closed (within `OVER_CAP_WAIT_S`) — unless its request is a probe (``GET /health``),
   answered and then closed: a liveness probe must not fail because the pod is busy;
