@@ -248,7 +248,7 @@ BIG_BODY = json.dumps({"model": None, "messages": [{"role": "user", "content": "
 def test_a_client_that_half_closes_after_its_request_gets_its_answers(server, request_bytes):
     """An HTTP/1.1 client may shut its sending side once its request is out (``shutdown(SHUT_WR)``);
     uvicorn (and vLLM 0.33) took the EOF for a disconnect and dropped every answer not yet written.
-    The answers come, then the connection closes."""
+    The answers come (after a ``100 Continue``: see the next tests), then the connection closes."""
     with socket.create_connection(server, timeout=10) as sock:
         sock.sendall(request_bytes)
         sock.shutdown(socket.SHUT_WR)
@@ -340,3 +340,44 @@ def test_small_trailers_are_accepted_and_not_taken_for_headers(server):
         sock.sendall(_chunked_with_trailers(b"X-Request-Id: from-the-trailer\r\nX-Checksum: 1\r\n"))
         out, _ = _read_all(sock, 3)
     assert out.startswith(b"HTTP/1.1 200") and b"from-the-trailer" not in out, out[:400]
+
+
+@pytest.mark.parametrize("leave", ["close", "half-close"])
+def test_a_client_that_closes_while_its_template_renders_stops_it(leave):
+    """A client that closes its socket sends the same FIN as one that half-closes; answering a
+    half-closed client must not keep a render going for one that is gone (issue 14 §1: the
+    template sandbox kills the worker of a client that left). With ``half-close`` the client
+    is still there but reads nothing more after its FIN either: the work goes on, and its
+    answer comes."""
+    from conftest import serve_app
+    from render_service.model import template_sandbox
+    from render_service.serve.config import ServeConfig
+    from render_service.serve.server import build_app
+    from test_hostile import LOOPS
+
+    app, _, _ = build_app(ServeConfig(trust_request_chat_template=True))
+    sandbox = template_sandbox.shared_sandbox()
+    limits = sandbox.limits
+    sandbox.limits = template_sandbox.TemplateLimits(timeout_s=60 if leave == "close" else 3, workers=limits.workers)
+    try:
+        with serve_app(app, http="render_service.http.connections:HardenedProtocol") as url:
+            host, port = url.removeprefix("http://").split(":")
+            body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "chat_template": LOOPS}).encode()
+            killed = sandbox.killed
+            sock = socket.create_connection((host, int(port)), timeout=10)
+            sock.sendall(_post(body))
+            time.sleep(0.5)  # the render has started in the pool
+            if leave == "close":
+                sock.close()
+                deadline = time.monotonic() + 20
+                while sandbox.killed == killed and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert sandbox.killed > killed, "the template kept running after its client left"
+            else:
+                sock.shutdown(socket.SHUT_WR)
+                out, closed = _read_all(sock, 15)  # the 3 s template budget runs out: a 400 comes
+                sock.close()
+                assert out.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 4") and closed, out[:300]
+    finally:
+        sandbox.limits = limits
+        sandbox.close()

@@ -78,6 +78,8 @@ DRAIN_MAX_BYTES = 64 << 20
 """Most body bytes read (and dropped) after a request was answered early, before closing."""
 OVER_CAP_WAIT_S = 1.0
 """How long a connection past the cap may take to send a probe before its 503."""
+PEER_CHECK_S = (0.05, 0.25, 1.0)
+"""After a half-close, when to look for the client's reset: the first waits, then every last one."""
 MAX_HEAD_BYTES = 64 << 10
 """Longest request head (request line and headers) accepted; longer ones get 431."""
 MAX_PIPELINED = 64
@@ -227,6 +229,7 @@ class HardenedProtocol(HttpToolsProtocol):
     _head_timer: asyncio.TimerHandle | None = None
     _body_timer: asyncio.TimerHandle | None = None
     _write_timer: asyncio.TimerHandle | None = None
+    _peer_timer: asyncio.TimerHandle | None = None  # after a half-close: is the client still there?
     _body_cycle: object = None
     _body_started = 0.0
     _body_received = 0
@@ -506,10 +509,10 @@ class HardenedProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._tcp is not None:  # lost during the TLS handshake (_handshake_ended ends it)
             return
-        for timer in (self._head_timer, self._body_timer, self._write_timer):
+        for timer in (self._head_timer, self._body_timer, self._write_timer, self._peer_timer):
             if timer is not None:
                 timer.cancel()
-        self._head_timer = self._body_timer = self._write_timer = None
+        self._head_timer = self._body_timer = self._write_timer = self._peer_timer = None
         self._trailers = None  # it points back here
         super().connection_lost(exc)
 
@@ -517,13 +520,40 @@ class HardenedProtocol(HttpToolsProtocol):
         """The client shut its sending side (``shutdown(SHUT_WR)``), which HTTP/1.1 allows once its
         requests are out: whole requests not yet answered are answered, then the connection
         closes (uvicorn closed at once and dropped them). Inside a request, whose rest can never
-        come, or with nothing to answer, it closes now (False: the transport closes itself)."""
+        come, with nothing to answer, over TLS or HTTP/1.0, it closes now (False: the transport
+        closes itself), as before.
+
+        A client that closed its socket sends the same FIN, and its work must still stop
+        (`cancel.ClientWatch`): only a write tells them apart (a closed socket answers it with a
+        reset). Unless the answer has begun, ``100 Continue`` is sent (an HTTP/1.1 client must
+        take a 1xx before any final answer); `_check_peer` then looks for the reset."""
         cycle = self.cycle
         waiting = bool(self.pipeline) or (cycle is not None and not cycle.response_complete)
-        if self._in_message or not waiting or self._over_cap or self.scheme == "https":  # TLS cannot half-close
+        if (self._in_message or not waiting or self._over_cap or self.scheme == "https"
+                or cycle.scope.get("http_version") == "1.0"):
             return False
         self._eof = True
+        if not cycle.response_started:
+            cycle.waiting_for_100_continue = False  # said here
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        self._peer_timer = self.loop.call_later(PEER_CHECK_S[0], self._check_peer, 1)
         return True
+
+    def _check_peer(self, attempt: int) -> None:
+        """After a half-close: end the connection if the client's socket answered a write with
+        a reset (it is gone: the request's work stops), else look again later."""
+        self._peer_timer = None
+        if self.transport.is_closing():
+            return
+        try:
+            gone = self.transport.get_extra_info("socket").getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0
+        except (AttributeError, OSError):
+            return
+        if gone:
+            self.transport.abort()
+        else:
+            self._peer_timer = self.loop.call_later(PEER_CHECK_S[min(attempt, len(PEER_CHECK_S) - 1)],
+                                                    self._check_peer, attempt + 1)
 
     # -- the answers: a client that does not read them -----------------------------------
 
