@@ -67,7 +67,7 @@ def test_connections_shaking_hands_count_toward_max_connections(tmp_path):
     """Two silent connections fill ``--max-connections 2``: a third client is past the cap (503,
     its probe still answered); once the deadline has closed them, it is served again. Handshakes
     that fail or complete leave no count behind."""
-    with tls_serve(tmp_path, "--timeout-keep-alive", "3", "--max-connections", "2") as (address, context):
+    with tls_serve(tmp_path, "--timeout-keep-alive", "5", "--max-connections", "2") as (address, context):
         silent = [socket.create_connection(address, timeout=10) for _ in range(2)]
         time.sleep(0.3)
         try:
