@@ -6,6 +6,7 @@ each test failed before its fix.
 
 from __future__ import annotations
 
+import errno
 import json
 import socket
 import time
@@ -230,3 +231,153 @@ def test_a_probe_over_the_head_bound_is_431_even_in_one_read(server):
         sock.sendall(head)
         out, _ = _read_all(sock, 3)
     assert out.startswith(b"HTTP/1.1 431"), out[:200]
+
+
+# -- last session's leftovers (each failed before its fix) --------------------------------
+
+def _chunked_post(body: bytes = BODY, path: bytes = b"/v1/chat/completions/render", coding: bytes = b"chunked") -> bytes:
+    return (b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: %s\r\n\r\n"
+            % (path, coding) + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
+
+
+BIG_BODY = json.dumps({"model": None, "messages": [{"role": "user", "content": "word " * 6000}]}).encode()
+
+
+@pytest.mark.parametrize("request_bytes", [_chunked_post(), _post(BIG_BODY), _post() + _post(BIG_BODY)],
+                         ids=["chunked", "rendered-in-the-pool", "pipelined"])
+def test_a_client_that_half_closes_after_its_request_gets_its_answers(server, request_bytes):
+    """An HTTP/1.1 client may shut its sending side once its request is out (``shutdown(SHUT_WR)``);
+    uvicorn (and vLLM 0.33) took the EOF for a disconnect and dropped every answer not yet written.
+    The answers come (after a ``100 Continue``: see the next tests), then the connection closes."""
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(request_bytes)
+        sock.shutdown(socket.SHUT_WR)
+        out, closed = _read_all(sock, 10)
+    assert out.count(b"HTTP/1.1 200 OK") == request_bytes.count(b"POST ") and closed, out[:300]
+
+
+def test_a_half_close_inside_a_request_closes_the_connection(server):
+    """A request cut by the client's EOF can never complete: the connection closes at once
+    (its handler gets the disconnect), as before."""
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(_post()[:-5])
+        sock.shutdown(socket.SHUT_WR)
+        started = time.monotonic()
+        out, closed = _read_all(sock, 5)
+    assert out == b"" and closed and time.monotonic() - started < 3, out[:300]
+
+
+@pytest.mark.parametrize("coding", [b"gzip, chunked", b"deflate, chunked", b"identity, chunked"])
+def test_a_transfer_coding_other_than_chunked_is_refused(server, coding):
+    """llhttp accepts ``Transfer-Encoding: gzip, chunked`` and hands over the chunked body still
+    gzipped; uvicorn (and vLLM 0.33) then parsed the compressed bytes as if they were the body
+    (a plain-JSON body sent so rendered as if the header were absent). Refused: 400 in the API's
+    error shape, naming the header, and the connection closes (its body is not read)."""
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(_chunked_post(coding=coding))
+        out, closed = _read_all(sock, 5)
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and closed, out[:300]
+    error = json.loads(body)["error"]
+    assert error["type"] == "BadRequestError" and "Transfer-Encoding" in error["message"], error
+
+
+def test_a_chunked_body_is_still_served(server):
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(_chunked_post(coding=b"Chunked"))
+        out, _ = _read_all(sock, 3)
+    assert out.startswith(b"HTTP/1.1 200"), out[:300]
+
+
+def test_a_client_that_never_reads_its_answer_is_dropped_and_others_are_served():
+    """A client that asks for a large answer and never reads it held its connection, and the
+    answer's bytes in the server's buffer, with no deadline (uvicorn waits for the buffer to
+    drain for ever). Once the buffer is past its high-water mark the client has
+    ``--body-read-timeout`` seconds to read; past it the connection is reset. Another client is
+    served meanwhile."""
+    body = json.dumps({"model": None, "prompt": ["1" * 8000] * 400, "max_tokens": 4}).encode()
+    # ~10 MB of token ids: past what the kernel buffers for a socket (4 MB at most by default)
+    with spawned_serve("--timeout-keep-alive", "60", "--body-read-timeout", "2") as url:
+        host, port = url.removeprefix("http://").split(":")
+        hog = socket.socket()
+        hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the kernel holds little for it
+        hog.connect((host, int(port)))
+        with hog:
+            hog.sendall(_post(body, b"/v1/completions/render"))
+            started, reset = time.monotonic(), False
+            while not reset and time.monotonic() - started < 40:
+                with socket.create_connection((host, int(port)), timeout=10) as other:  # served meanwhile
+                    other.sendall(_post())
+                    out, _ = _read_all(other, 0.5)
+                    assert out.startswith(b"HTTP/1.1 200"), out[:200]
+                reset = hog.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNRESET  # reads nothing
+    assert reset, "the connection of a client that reads nothing was kept for 40 s"
+
+
+# -- fresh probes (each failed before its fix) ------------------------------------------------
+
+def _chunked_with_trailers(trailers: bytes) -> bytes:
+    return (b"POST /v1/chat/completions/render HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(BODY) + BODY + b"\r\n0\r\n" + trailers + b"\r\n")
+
+
+def test_trailers_past_the_head_bound_are_refused(server):
+    """A chunked body's trailer fields went through uvicorn's header callback into the request's
+    header list, with no bound (the head bound ends with the head, --max-body-bytes counts only
+    the body): 300 MB of trailers grew the server by ~340 MB, then the request was answered.
+    Trailers count against the head bound (431 past it) and are dropped, as ASGI has no place
+    for them."""
+    trailer = b"X-T: " + b"a" * 1000 + b"\r\n"
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(_chunked_with_trailers(trailer * 100))  # ~100 KB
+        out, closed = _read_all(sock, 5)
+    assert out.startswith(b"HTTP/1.1 431") and closed, out[:300]
+
+
+def test_small_trailers_are_accepted_and_not_taken_for_headers(server):
+    """A trailer is not a header: a trailing ``Content-Type`` or ``X-Request-Id`` changes nothing."""
+    with socket.create_connection(server, timeout=10) as sock:
+        sock.sendall(_chunked_with_trailers(b"X-Request-Id: from-the-trailer\r\nX-Checksum: 1\r\n"))
+        out, _ = _read_all(sock, 3)
+    assert out.startswith(b"HTTP/1.1 200") and b"from-the-trailer" not in out, out[:400]
+
+
+@pytest.mark.parametrize("leave", ["close", "half-close"])
+def test_a_client_that_closes_while_its_template_renders_stops_it(leave):
+    """A client that closes its socket sends the same FIN as one that half-closes; answering a
+    half-closed client must not keep a render going for one that is gone (issue 14 §1: the
+    template sandbox kills the worker of a client that left). With ``half-close`` the client
+    is still there but reads nothing more after its FIN either: the work goes on, and its
+    answer comes."""
+    from conftest import serve_app
+    from render_service.model import template_sandbox
+    from render_service.serve.config import ServeConfig
+    from render_service.serve.server import build_app
+    from test_hostile import LOOPS
+
+    app, _, _ = build_app(ServeConfig(trust_request_chat_template=True))
+    sandbox = template_sandbox.shared_sandbox()
+    limits = sandbox.limits
+    sandbox.limits = template_sandbox.TemplateLimits(timeout_s=60 if leave == "close" else 3, workers=limits.workers)
+    try:
+        with serve_app(app, http="render_service.http.connections:HardenedProtocol") as url:
+            host, port = url.removeprefix("http://").split(":")
+            body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "chat_template": LOOPS}).encode()
+            killed = sandbox.killed
+            sock = socket.create_connection((host, int(port)), timeout=10)
+            sock.sendall(_post(body))
+            time.sleep(0.5)  # the render has started in the pool
+            if leave == "close":
+                sock.close()
+                deadline = time.monotonic() + 20
+                while sandbox.killed == killed and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert sandbox.killed > killed, "the template kept running after its client left"
+            else:
+                sock.shutdown(socket.SHUT_WR)
+                out, closed = _read_all(sock, 15)  # the 3 s template budget runs out: a 400 comes
+                sock.close()
+                assert out.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 4") and closed, out[:300]
+    finally:
+        sandbox.limits = limits
+        sandbox.close()

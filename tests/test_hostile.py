@@ -26,19 +26,20 @@ def spawned_serve(*flags: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def spawned_serve_process(*flags: str) -> Iterator[tuple[subprocess.Popen, str]]:
+def spawned_serve_process(*flags: str, scheme: str = "http", verify=True) -> Iterator[tuple[subprocess.Popen, str]]:
     """`render-service serve` as a child process, healthy; yields it and its URL (terminated
-    at the end unless it already exited)."""
+    at the end unless it already exited). With TLS flags: ``scheme="https"`` and ``verify`` an
+    ``ssl.SSLContext`` that trusts the server's certificate."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "render_service.serve.cli", "serve", "--port", str(port),
                              "--uvicorn-log-level", "warning", *flags],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
+    url = f"{scheme}://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
         while True:
             try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                if httpx.get(url + "/health", timeout=2, verify=verify).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass

@@ -74,3 +74,26 @@ def test_every_serve_flag_is_documented():
             if options and not any(f"`{o}" in SERVE_DOC for o in options):
                 missing.append(options[0])
     assert not missing, f"docs/serve.md lacks serve flags: {missing}"
+
+
+def test_derender_example_is_what_the_server_answers():
+    """The derender example runs against `render-service serve` with the embedded default model
+    and gives what the README says it gives (there was no derender example that worked with it)."""
+    from render_service.serve.server import StartupError, build_app
+
+    curl = next(b for b in _blocks("bash") if "/v1/chat/completions/derender" in b)
+    body = json.loads(re.search(r"-d '(.*?)'", curl, flags=re.S).group(1))
+    claim = re.search(r"`message\.content` is `(\"[^`]*\")`, with `finish_reason:\s+\"(\w+)\"` and `usage` of (\d+) "
+                      r"prompt and (\d+) completion tokens", README)
+    assert claim, "the README no longer says what the derender example gives"
+    assert body["prompt_token_ids"] == json.loads(_blocks("json")[0])["token_ids"], "not the render sample's prompt"
+    try:
+        app, _, _ = build_app(cli.build_config(_serve_parser().parse_args(["serve"])))
+    except StartupError as exc:  # the embedded model is a PyPI package
+        pytest.skip(f"embedded model not available: {exc}")
+    with serve_app(app) as url:
+        answer = httpx.post(url + "/v1/chat/completions/derender", json=body).json()
+    choice = answer["choices"][0]
+    assert answer["object"] == "chat.completion" and answer["id"] == body["generate_response"]["request_id"], answer
+    assert choice["message"]["content"] == json.loads(claim[1]) and choice["finish_reason"] == claim[2], choice
+    assert (answer["usage"]["prompt_tokens"], answer["usage"]["completion_tokens"]) == (int(claim[3]), int(claim[4]))

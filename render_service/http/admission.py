@@ -375,7 +375,7 @@ async def send_error(send, err: OpenAIError, path: str) -> None:
 
 
 class RequestIdLimitMiddleware:
-    """An ``X-Request-Id`` past `MAX_REQUEST_ID_CHARS` is a 400 (for apps without
+    """An ``X-Request-Id`` past `MAX_REQUEST_ID_CHARS` or not ASCII is a 400 (for apps without
     `front.Front`, which checks the same: ``drive``, whose id goes to both engines
     and into every answer)."""
 
@@ -383,20 +383,30 @@ class RequestIdLimitMiddleware:
         self.app = app
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and long_request_id(scope["headers"]):
-            await send_error(send, LONG_REQUEST_ID, scope["path"])
+        if scope["type"] == "http" and (bad := bad_request_id(scope["headers"])) is not None:
+            await send_error(send, bad, scope["path"])
             return
         await self.app(scope, receive, send)
 
 
 LONG_REQUEST_ID = OpenAIError(400, f"X-Request-Id may be at most {MAX_REQUEST_ID_CHARS} characters.",
                                param="X-Request-Id")
+NON_ASCII_REQUEST_ID = OpenAIError(400, "X-Request-Id must be ASCII (printable characters, e.g. a UUID).",
+                                   param="X-Request-Id")
 
 
-def long_request_id(headers: list[tuple[bytes, bytes]]) -> bool:
-    """True when an ``X-Request-Id`` header is longer than `MAX_REQUEST_ID_CHARS` (it would be
-    echoed in every answer and log line)."""
-    return any(k == b"x-request-id" and len(v) > MAX_REQUEST_ID_CHARS for k, v in headers)
+def bad_request_id(headers: list[tuple[bytes, bytes]]) -> OpenAIError | None:
+    """The refusal of an ``X-Request-Id`` header longer than `MAX_REQUEST_ID_CHARS` (it would be
+    echoed in every answer and log line) or not ASCII (HTTP carries other bytes as opaque
+    latin-1: the id came back garbled in the answer's ``request_id``, as in vLLM 0.33, and drive
+    could not forward it to its engines); None when it is fine or absent."""
+    for k, v in headers:
+        if k == b"x-request-id":
+            if len(v) > MAX_REQUEST_ID_CHARS:
+                return LONG_REQUEST_ID
+            if not v.isascii():
+                return NON_ASCII_REQUEST_ID
+    return None
 
 
 class AdmissionCollector:

@@ -21,7 +21,10 @@ every worker process uses it:
 
 - every accepted TCP socket gets ``TCP_NODELAY``;
 - a request head longer than `MAX_HEAD_BYTES` gets 431 and the connection is closed (llhttp
-  sets no bound of its own; h11's was 16 KiB);
+  sets no bound of its own; h11's was 16 KiB); a chunked body's trailers count with its head
+  and are dropped (uvicorn put them, unbounded, into the request's headers);
+- a ``Transfer-Encoding`` other than plain ``chunked`` (``gzip, chunked``) gets 400 (llhttp
+  handed the body over still encoded);
 - at most `MAX_PIPELINED` requests queue behind the one being answered (uvicorn's queue has
   no bound); a request refused by the parser (400, 431, or 503 past that bound) is answered
   after the requests before it, then the connection is closed (uvicorn answered it at once,
@@ -36,6 +39,12 @@ every worker process uses it:
 - a request answered before its body was read (400, 413) keeps its connection while the
   client goes on sending that body at the body's pace (at most `DRAIN_MAX_BYTES`), so a
   client that writes everything before it reads sees the answer, not a reset;
+- a client that half-closes (``shutdown(SHUT_WR)``) after whole requests gets their answers,
+  then the close (uvicorn took the EOF for a disconnect and dropped them);
+- an answer left unread past the transport's high-water mark for the body timeout resets the
+  connection (uvicorn waited for the buffer to drain for ever, holding the answer's bytes);
+- with TLS (``app.state.tls``) the connection does the handshake itself, under the head
+  deadline and counted toward the cap (the loop's own TLS held an unfinished one 60 s, uncounted);
 - past ``limit_concurrency`` open connections, a new one gets ``503`` with ``Retry-After``
   and is closed (within `OVER_CAP_WAIT_S`) — unless its request is a probe (``GET /health``),
   answered and then closed: a liveness probe must not fail because the pod is busy;
@@ -51,6 +60,8 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import ssl
+import struct
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -62,10 +73,13 @@ from .drain import grace_before_cut
 from .admission import Admission, refusal_bytes
 
 _UNSET = object()
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST and drops unsent bytes
 DRAIN_MAX_BYTES = 64 << 20
 """Most body bytes read (and dropped) after a request was answered early, before closing."""
 OVER_CAP_WAIT_S = 1.0
 """How long a connection past the cap may take to send a probe before its 503."""
+PEER_CHECK_S = (0.05, 0.25, 1.0)
+"""After a half-close, when to look for the client's reset: the first waits, then every last one."""
 MAX_HEAD_BYTES = 64 << 10
 """Longest request head (request line and headers) accepted; longer ones get 431."""
 MAX_PIPELINED = 64
@@ -125,12 +139,23 @@ class _HeadWithBody:
         return self._transport.get_extra_info(name, default)
 
 
-class _HeadTooLong(Exception):
-    """Raised from llhttp's headers callback when the head is over `MAX_HEAD_BYTES`."""
+class _Refused(Exception):
+    """Raised from llhttp's headers callback to stop parsing a request the connection refuses
+    (its answer is `HardenedProtocol._parse_refusal`)."""
 
 
-class _PipelineFull(Exception):
-    """Raised from llhttp's headers callback when `MAX_PIPELINED` requests are queued."""
+class _Trailers(list):
+    """Where llhttp's header callback puts a chunked body's trailer fields once the head is
+    complete (uvicorn appends them to ``self.headers``, which is the request's ``scope["headers"]``:
+    a trailing ``X-Request-Id`` became the request's, and trailers had no bound). They are
+    counted against `MAX_HEAD_BYTES` with the head and dropped (ASGI has no request trailers)."""
+
+    __slots__ = ("protocol", "size")  # size: bytes of the request's head and trailers so far
+
+    def append(self, field: tuple[bytes, bytes]) -> None:
+        self.size += len(field[0]) + len(field[1]) + 4
+        if self.size > MAX_HEAD_BYTES:
+            self.protocol._refuse_in_parser(self.protocol._refuse_head)
 
 
 @dataclass(frozen=True)
@@ -171,6 +196,19 @@ _HAS_BODY = re.compile(rb"\r\n(?:content-length|transfer-encoding)[ \t]*:", re.I
 _CLOSE = re.compile(rb"\r\nconnection:[^\r\n]*\bclose\b", re.IGNORECASE)
 
 
+def _ssl_protocol_class(loop: asyncio.AbstractEventLoop) -> type:
+    """The TLS layer ``loop.create_server(ssl=...)`` would use: uvloop's own, else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None
+    if uvloop is not None and isinstance(loop, uvloop.Loop):
+        return uvloop.loop.SSLProtocol
+    from asyncio.sslproto import SSLProtocol
+
+    return SSLProtocol
+
+
 def _whole_request(data: bytes) -> bool:
     """True when ``data`` is exactly one request: its head, a Content-Length body, nothing
     more, and no ``Connection: close`` or ``Transfer-Encoding``."""
@@ -190,6 +228,8 @@ class HardenedProtocol(HttpToolsProtocol):
 
     _head_timer: asyncio.TimerHandle | None = None
     _body_timer: asyncio.TimerHandle | None = None
+    _write_timer: asyncio.TimerHandle | None = None
+    _peer_timer: asyncio.TimerHandle | None = None  # after a half-close: is the client still there?
     _body_cycle: object = None
     _body_started = 0.0
     _body_received = 0
@@ -197,18 +237,27 @@ class HardenedProtocol(HttpToolsProtocol):
     _head_bytes = -1  # bytes of a request head still incomplete; -1 once the head is complete
     _head_began = False  # a request head began in the packet being read
     _other_bytes = 0  # bytes of the packet being read that belong to earlier requests (heads, bodies)
-    _head_too_long = False
-    _pipeline_full = False
+    _parse_refusal: Callable[[], None] | None = None  # the answer to a request refused in on_headers_complete
+    _eof = False  # the client shut its sending side after whole requests: answer them, then close
     _over_cap = False  # accepted past --max-connections: only a probe is answered
     _refusal: Callable[[], None] | None = None  # a refused request's answer, due after the answers before it
+    _tcp: asyncio.Transport | None = None  # the TCP transport while its TLS handshake runs
+    _trailers: _Trailers | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
+        if self._tcp is None:  # a new TCP connection
+            sock = transport.get_extra_info("socket")
+            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+                try:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                except OSError:
+                    pass
+            tls = self._tls()
+            if tls is not None:
+                self._shake_hands(transport, tls)
+                return
+        else:
+            self._tcp = None  # its TLS handshake is done: ``transport`` is TLS over it
         super().connection_made(transport)
         cheapen(self.access_logger)
         if self.limit_concurrency is not None and len(self.connections) > self.limit_concurrency:
@@ -218,6 +267,38 @@ class HardenedProtocol(HttpToolsProtocol):
             self._head_timer = self.loop.call_later(min(OVER_CAP_WAIT_S, self.timeout_keep_alive), self._refuse_over_cap)
             return
         self._arm_head_deadline()
+
+    # -- TLS: the handshake under the head deadline, counted toward the cap -----------
+
+    def _tls(self) -> ssl.SSLContext | None:
+        tls = self.config.__dict__.get("_tls", _UNSET)
+        if tls is _UNSET:  # once per server: the app is the same for every connection
+            tls = self.config._tls = _app_state(self.app, "tls", None)  # type: ignore[attr-defined]
+        return tls  # type: ignore[return-value]
+
+    def _shake_hands(self, tcp: asyncio.Transport, tls: ssl.SSLContext) -> None:
+        """Put the event loop's TLS layer (its ``SSLProtocol``, as ``create_server(ssl=...)``
+        does) between ``tcp`` and this protocol, with ``timeout_keep_alive`` seconds, the head
+        deadline, for the handshake; `connection_made` runs again with the TLS transport once
+        it is done. uvicorn's ``create_server(ssl=...)`` showed the protocol a connection only
+        after its handshake: one that never finished it was held for 60 s (the loop's
+        ``ssl_handshake_timeout``) and not counted toward ``--max-connections``; it counts here
+        from its accept."""
+        self.connections.add(self)
+        self._tcp = tcp
+        waiter = self.loop.create_future()
+        waiter.add_done_callback(self._handshake_ended)
+        layer = _ssl_protocol_class(self.loop)(self.loop, self, tls, waiter, server_side=True,
+                                               ssl_handshake_timeout=float(self.timeout_keep_alive))
+        tcp.set_protocol(layer)  # before the loop starts reading: the ClientHello is the layer's
+        layer.connection_made(tcp)
+
+    def _handshake_ended(self, waiter: asyncio.Future) -> None:
+        if waiter.cancelled() or waiter.exception() is not None:  # failed, timed out, or the client left
+            tcp, self._tcp = self._tcp, None
+            self.connections.discard(self)
+            if tcp is not None and not tcp.is_closing():
+                tcp.abort()
 
     def _refuse_over_cap(self) -> None:
         self._head_timer = None
@@ -264,17 +345,34 @@ class HardenedProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._head_bytes = -1
         # The head's length in its usual form: "METHOD url HTTP/1.1\r\n", "name: value\r\n" each, "\r\n".
-        size = len(self.url) + 14 + sum(len(k) + len(v) + 4 for k, v in self.headers)
+        size = len(self.url) + 14
+        coding = None
+        for k, v in self.headers:
+            size += len(k) + len(v) + 4
+            if k == b"transfer-encoding":
+                coding = v if coding is None else coding + b", " + v
         if size > MAX_HEAD_BYTES - 32 and size + len(self.parser.get_method()) > MAX_HEAD_BYTES:  # methods are short
-            self._head_too_long = True
-            raise _HeadTooLong  # llhttp stops; uvicorn's data_received answers through send_400_response
-        if len(self.pipeline) >= MAX_PIPELINED:
-            self._pipeline_full = True
-            raise _PipelineFull  # refused (503) once the queued requests are answered; nothing more is read
+            self._refuse_in_parser(self._refuse_head)
+        if coding is not None and coding.lower() != b"chunked":
+            # llhttp takes "gzip, chunked" and hands over the chunked body still gzipped (uvicorn
+            # then parses compressed bytes as the body): a coding we do not undo is refused
+            self._refuse_in_parser(lambda: self._refuse(400, f"Transfer-Encoding {coding.decode('latin-1')!r} "
+                                                             "is not supported: send the body chunked or with "
+                                                             "Content-Length, uncompressed."))
+        if len(self.pipeline) >= MAX_PIPELINED:  # refused (503) once the queued requests are answered
+            self._refuse_in_parser(lambda: self._refuse(503, f"More than {MAX_PIPELINED} requests pipelined on "
+                                                             "one connection; send the rest again on a new connection."))
         self._other_bytes += size + 3
         super().on_headers_complete()
-        if self.cycle is not None and self.cycle.transport is self.transport:
-            self.cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:  # a request to answer (not a WebSocket upgrade)
+            trailers = self._trailers
+            if trailers is None:  # one per connection, never holding anything
+                trailers = self._trailers = _Trailers()
+                trailers.protocol = self
+            trailers.size = size
+            self.headers = trailers  # the head is in scope["headers"]; what comes now is trailers
+            cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
 
     def on_body(self, body: bytes) -> None:
         self._other_bytes += len(body)
@@ -297,15 +395,15 @@ class HardenedProtocol(HttpToolsProtocol):
             cycle.more_body = False
             cycle.message_event.set()
             return
-        if self._head_too_long:
-            refuse = self._refuse_head
-        elif self._pipeline_full:
-            refuse = self._refuse_pipelined
-        else:
-            def refuse() -> None:  # in the API's error shape, not uvicorn's plain text
-                self.transport.write(refusal_bytes(400, f"{msg} (the request could not be parsed as HTTP/1.1)", "/"))
-                self.transport.close()
+        refuse = self._parse_refusal or (  # else llhttp's own: in the API's error shape, not uvicorn's plain text
+            lambda: self._refuse(400, f"{msg} (the request could not be parsed as HTTP/1.1)"))
         self._refuse_after_answers(refuse)
+
+    def _refuse_in_parser(self, refuse: Callable[[], None]) -> None:
+        """Stop llhttp at this request; ``refuse`` answers it (after the answers before it)
+        through uvicorn's ``send_400_response``. Nothing after it is read."""
+        self._parse_refusal = refuse
+        raise _Refused
 
     def _refuse_after_answers(self, refuse: Callable[[], None]) -> None:
         """Call ``refuse`` (it answers and closes) now, or, when the refused bytes came after
@@ -326,14 +424,13 @@ class HardenedProtocol(HttpToolsProtocol):
         if cycle is not None and cycle.response_complete and isinstance(cycle.transport, _HeadWithBody):
             cycle.transport.flush()
 
-    def _refuse_pipelined(self) -> None:
-        self.transport.write(refusal_bytes(503, f"More than {MAX_PIPELINED} requests pipelined on one connection; "
-                                                "send the rest again on a new connection.", "/"))
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer ``status`` in the API's error shape and close the connection."""
+        self.transport.write(refusal_bytes(status, message, "/"))
         self.transport.close()
 
     def _refuse_head(self) -> None:
-        self.transport.write(refusal_bytes(431, f"The request head is longer than {MAX_HEAD_BYTES} bytes.", "/"))
-        self.transport.close()
+        self._refuse(431, f"The request head is longer than {MAX_HEAD_BYTES} bytes.")
 
     def _door(self) -> Door | None:
         door = self.config.__dict__.get("_door", _UNSET)
@@ -391,12 +488,18 @@ class HardenedProtocol(HttpToolsProtocol):
         if self._refusal is not None and not self.pipeline and self.cycle.response_complete:
             self._flush_held()
             self._refusal()
+        elif self._eof and not self.pipeline and self.cycle.response_complete:
+            self._flush_held()
+            self.transport.close()  # the client's requests are all answered and it sends no more
         else:
             self._arm_head_deadline()
 
     def shutdown(self) -> None:
         """uvicorn is shutting down (SIGTERM): start the app's drain (``app.state.drain``), which
         ends its long-lived requests (pipes) properly before uvicorn's own cut."""
+        if self._tcp is not None:  # still shaking hands: no request to finish
+            self._tcp.abort()
+            return
         drain = _app_state(self.app, "drain", None)
         timeout = self.config.timeout_graceful_shutdown
         if drain is not None and timeout is not None:
@@ -404,11 +507,80 @@ class HardenedProtocol(HttpToolsProtocol):
         super().shutdown()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        for timer in (self._head_timer, self._body_timer):
+        if self._tcp is not None:  # lost during the TLS handshake (_handshake_ended ends it)
+            return
+        for timer in (self._head_timer, self._body_timer, self._write_timer, self._peer_timer):
             if timer is not None:
                 timer.cancel()
-        self._head_timer = self._body_timer = None
+        self._head_timer = self._body_timer = self._write_timer = self._peer_timer = None
+        self._trailers = None  # it points back here
         super().connection_lost(exc)
+
+    def eof_received(self) -> bool | None:
+        """The client shut its sending side (``shutdown(SHUT_WR)``), which HTTP/1.1 allows once its
+        requests are out: whole requests not yet answered are answered, then the connection
+        closes (uvicorn closed at once and dropped them). Inside a request, whose rest can never
+        come, with nothing to answer, over TLS or HTTP/1.0, it closes now (False: the transport
+        closes itself), as before.
+
+        A client that closed its socket sends the same FIN, and its work must still stop
+        (`cancel.ClientWatch`): only a write tells them apart (a closed socket answers it with a
+        reset). Unless the answer has begun, ``100 Continue`` is sent (an HTTP/1.1 client must
+        take a 1xx before any final answer); `_check_peer` then looks for the reset."""
+        cycle = self.cycle
+        waiting = bool(self.pipeline) or (cycle is not None and not cycle.response_complete)
+        if (self._in_message or not waiting or self._over_cap or self.scheme == "https"
+                or cycle.scope.get("http_version") == "1.0"):
+            return False
+        self._eof = True
+        if not cycle.response_started:
+            cycle.waiting_for_100_continue = False  # said here
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        self._peer_timer = self.loop.call_later(PEER_CHECK_S[0], self._check_peer, 1)
+        return True
+
+    def _check_peer(self, attempt: int) -> None:
+        """After a half-close: end the connection if the client's socket answered a write with
+        a reset (it is gone: the request's work stops), else look again later."""
+        self._peer_timer = None
+        if self.transport.is_closing():
+            return
+        try:
+            gone = self.transport.get_extra_info("socket").getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0
+        except (AttributeError, OSError):
+            return
+        if gone:
+            self.transport.abort()
+        else:
+            self._peer_timer = self.loop.call_later(PEER_CHECK_S[min(attempt, len(PEER_CHECK_S) - 1)],
+                                                    self._check_peer, attempt + 1)
+
+    # -- the answers: a client that does not read them -----------------------------------
+
+    def pause_writing(self) -> None:
+        """The transport's buffer is past its high-water mark (the client reads slower than we
+        write): the answer's next write waits (uvicorn), and the client has the body timeout
+        (`BodyLimits`) to read it below the low-water mark, else the connection is dropped with
+        what it holds. A client that sends requests and never reads their answers held its
+        connection and the answers' bytes for ever."""
+        super().pause_writing()
+        if self._write_timer is None:
+            self._write_timer = self.loop.call_later(self._limits().timeout, self._write_stalled)
+
+    def resume_writing(self) -> None:
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+        super().resume_writing()
+
+    def _write_stalled(self) -> None:
+        self._write_timer = None
+        sock = self.transport.get_extra_info("socket")
+        try:  # a reset: a close would leave the kernel's buffer queued behind a window that stays shut
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+        except (AttributeError, OSError):
+            pass
+        self.transport.abort()  # close() would wait for our buffer to drain, which it never does
 
     # -- the request head --------------------------------------------------------------
 
@@ -439,12 +611,15 @@ class HardenedProtocol(HttpToolsProtocol):
 
     # -- the request body --------------------------------------------------------------
 
-    def _arm_body_deadline(self, cycle: object) -> None:
-        self._body_cycle = cycle
+    def _limits(self) -> BodyLimits:
         limits = self.config.__dict__.get("_body_limits")
         if limits is None:  # once per server: the app is the same for every connection
             limits = self.config._body_limits = _app_state(self.app, "body_limits", BodyLimits())  # type: ignore[attr-defined]
-        self._body_limits = limits
+        return limits  # type: ignore[return-value]
+
+    def _arm_body_deadline(self, cycle: object) -> None:
+        self._body_cycle = cycle
+        self._body_limits = limits = self._limits()
         self._body_started = time.monotonic()
         self._body_received = 0
         self._schedule_body_check(self._body_started + limits.timeout)

@@ -27,7 +27,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from .admission import Admission, Overloaded, long_request_id, send_error, LONG_REQUEST_ID
+from .admission import Admission, Overloaded, bad_request_id, send_error
 from .cancel import ClientWatch
 from .common import authorized, error_response, unauthorized
 from .metrics import RequestMetrics, ServiceMetrics, get_route_path
@@ -96,8 +96,8 @@ class Front(RequestMetrics):
         await super().__call__(scope, receive, send)
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if long_request_id(scope["headers"]):
-            await send_error(send, LONG_REQUEST_ID, scope["path"])
+        if (bad := bad_request_id(scope["headers"])) is not None:
+            await send_error(send, bad, scope["path"])
             return
         if scope["method"] != "POST" or scope["path"].endswith("/pipe"):  # pipes queue per step, watch themselves
             await self.route(scope, receive, send)

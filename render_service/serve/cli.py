@@ -243,8 +243,7 @@ def run_serve(args: argparse.Namespace) -> int:
         "serving %s (context %d tokens) on %s", bundle.model_name, bundle.max_model_len,
         f"{scheme}://{config.host}:{config.port}" if config.host else f"{scheme} port {config.port} of all interfaces",
     )
-    connection = {**connection_options(args), "root_path": config.root_path, "access_log": config.access_log,
-                  **launch_compat.tls_options(config)}
+    connection = {**connection_options(args), "root_path": config.root_path, "access_log": config.access_log}
     if config.workers > 1:
         os.environ["RENDER_SERVICE_CONFIG"] = json.dumps(config.__dict__, default=list)
         uvicorn.run("render_service.serve.server:app_from_env", factory=True, host=config.host, port=config.port,
@@ -258,12 +257,13 @@ def add_connection_arguments(p: argparse.ArgumentParser) -> None:
     """Connection hygiene flags shared by ``serve`` and ``drive`` (see `render_service.http.connections`)."""
     p.add_argument("--timeout-keep-alive", type=_positive, default=5,
                    help="seconds a connection may go without a complete request head (after accept or a response) "
-                        "before it is closed")
+                        "before it is closed; with TLS, also the most its handshake may take")
     p.add_argument("--max-connections", type=_positive, default=1024,
                    help="open connections per worker process; past it a new connection gets 503 and is closed")
     p.add_argument("--body-read-timeout", type=_positive_float, default=ServeConfig.body_read_timeout, metavar="S",
                    help="seconds a request body may take after its head, plus one per --body-min-rate bytes "
-                        "received; a body still incomplete then gets 408 and its connection is closed")
+                        "received; a body still incomplete then gets 408 and its connection is closed. An answer "
+                        "the client leaves unread that long (past the write buffer) resets the connection")
     p.add_argument("--body-min-rate", type=_positive_float, default=ServeConfig.body_min_rate, metavar="BYTES_PER_S",
                    help="the slowest body upload that is never cut (see --body-read-timeout)")
     p.add_argument("--graceful-shutdown-timeout", type=_positive, default=30,

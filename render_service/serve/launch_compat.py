@@ -545,15 +545,19 @@ def check_tls(config) -> None:
             raise StartupCheckError(f"--ssl-ciphers {config.ssl_ciphers!r}: no cipher OpenSSL knows") from None
 
 
-def tls_options(config) -> dict:
-    """uvicorn keyword arguments for the TLS flags (none without ``--ssl-certfile``)."""
+def tls_context(config):
+    """The server's ``ssl.SSLContext`` for the TLS flags, made as uvicorn makes it
+    (``uvicorn.config.create_ssl_context``), or None without ``--ssl-certfile``. The connection
+    protocol (`render_service.http.connections.HardenedProtocol`, from ``app.state.tls``) does
+    the handshake itself, under the connection bounds; uvicorn is not given the flags."""
     if not config.ssl_certfile:
-        return {}
-    options = {"ssl_keyfile": config.ssl_keyfile, "ssl_certfile": config.ssl_certfile,
-               "ssl_ca_certs": config.ssl_ca_certs, "ssl_cert_reqs": config.ssl_cert_reqs}
-    if config.ssl_ciphers:
-        options["ssl_ciphers"] = config.ssl_ciphers
-    return options
+        return None
+    import ssl
+
+    from uvicorn.config import create_ssl_context
+
+    return create_ssl_context(config.ssl_certfile, config.ssl_keyfile, None, ssl.PROTOCOL_TLS_SERVER,
+                              config.ssl_cert_reqs, config.ssl_ca_certs, config.ssl_ciphers)
 
 
 _VOCABULARY_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json")

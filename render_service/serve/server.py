@@ -114,6 +114,7 @@ def build_app(config: ServeConfig):
     bundle = load_bundle(config)
     config = resolve_parsers(config, bundle)
     app = create_app(bundle, config)
+    app.state.tls = launch_compat.tls_context(config)  # the handshake is the connection's (http/connections.py)
     if config.enable_log_requests:
         app.add_middleware(launch_compat.RequestLogMiddleware, max_log_len=config.max_log_len)
     if config.enable_request_id_headers:
