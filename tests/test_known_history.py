@@ -138,7 +138,7 @@ def test_agent_turns_through_a_server_are_exact_and_parse_the_history_once():
     from bench.corpus import TOOLS
     from test_render_parity import _oracle_ids
 
-    turns = _conversation(turns=9)
+    turns = _conversation(turns=9, result_chars=10000)  # the last prompt: past the event loop's 64K-character budget
     last = turns[-1]
     thinking = copy.deepcopy(last)
     thinking[-2]["reasoning_content"] = "The loader reads the file twice; check the cache key."
@@ -156,7 +156,7 @@ def test_agent_turns_through_a_server_are_exact_and_parse_the_history_once():
     tok = transformers.AutoTokenizer.from_pretrained(str(MODELS / "qwen3"))
     with render_server(str(MODELS / "qwen3"), reasoning_parser="qwen3", tool_call_parser="hermes",
                        enable_auto_tool_choice=True) as url, httpx.Client(base_url=url, timeout=60) as client:
-        before = _metric(client.get("/metrics").text)
+        before, moved_before = _metric(client.get("/metrics").text), _moved(client.get("/metrics").text)
         for k, body in enumerate(bodies):
             resp = client.post(PATH, content=orjson.dumps(body), headers={"content-type": "application/json"})
             assert resp.status_code == 200, resp.text
@@ -167,7 +167,18 @@ def test_agent_turns_through_a_server_are_exact_and_parse_the_history_once():
             orjson.loads(broken)
         assert resp.status_code == 400 and resp.json()["error"]["message"] == f"Request body is not valid JSON: {exc.value}"
         reused = _metric(client.get("/metrics").text) - before
+        moved = _moved(client.get("/metrics").text) - moved_before
     assert reused >= 10  # turns 3-9 (the bodies past 16 KiB) and the variants that share the start
+    # a turn whose history was parsed before renders on the event loop; the one without tools
+    # shares its history's JSON but not its prompt (the tools come first): too much to encode
+    # there, so it went to the pool (tokenizer.budget) and still answered exactly
+    assert moved >= 1
+
+
+def _moved(text: str) -> float:
+    found = re.search(r"^render_service_inline_moved_total ([0-9.e+]+)$", text, re.M)
+    assert found, "render_service_inline_moved_total missing from /metrics"
+    return float(found.group(1))
 
 
 def _metric(text: str) -> float:

@@ -250,3 +250,41 @@ def test_common_prefix_length():
         k = rng.randrange(0, len(a) + 1)
         b = a[:k] + "c" + a[k:]
         assert common_prefix_length(a, b) == k and common_prefix_length(a, a) == len(a)
+
+
+@needs_shared
+def test_an_encode_over_the_event_loops_budget_stops_before_it_changes_anything():
+    """`tokenizer.budget`: under a budget (a render running on the event loop) an encode of
+    more new text than it allows raises `OverBudget` before the prefix cache changes; what
+    fits (a short text, or the few new characters of a prompt extending a cached one) is
+    encoded, equal to the reference."""
+    from render_service.tokenizer.budget import ENCODE_BUDGET, OverBudget
+
+    tt, hf = _load("qwen3")
+
+    def ref(text: str) -> list[int]:
+        return hf.encode(text, add_special_tokens=False).ids
+
+    token = ENCODE_BUDGET.set(5000)
+    try:
+        with pytest.raises(OverBudget):
+            tt.encode(_CODE)  # cold and long
+        with pytest.raises(OverBudget):
+            tt.encode(_CODE, add_special_tokens=True)
+        assert tt.prefix_stats()["entries"] == 0
+        assert tt.encode("A short question?") == ref("A short question?")
+    finally:
+        ENCODE_BUDGET.reset(token)
+    history = "".join(f"<|im_start|>{role}\n{_CODE[k * 3000:(k + 1) * 3000]}<|im_end|>\n"
+                      for k, role in enumerate(["user", "assistant"] * 3))
+    assert tt.encode(history) == ref(history)  # off the loop: no bound
+    entries = tt.prefix_stats()["entries"]
+    token = ENCODE_BUDGET.set(5000)
+    try:
+        turn = history + "<|im_start|>user\nAnd now?<|im_end|>\n"
+        assert tt.encode(turn) == ref(turn) and _reused(tt) > 0  # a few new characters: fits
+        with pytest.raises(OverBudget):
+            tt.encode(turn + _CODE[:9000])
+        assert tt.prefix_stats()["entries"] == entries
+    finally:
+        ENCODE_BUDGET.reset(token)

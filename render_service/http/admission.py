@@ -25,7 +25,9 @@ It measures what an autoscaler needs (exported by `collector`):
 - ``render_service_saturation``: max(busy fraction, queue delay / max_queue_delay, expected
   wait / max_queue_delay), capped at 1; 1.0 means new requests are being refused (also in
   ``GET /load`` as ``saturation``, for a router);
-- ``render_service_rejected_total``: steps refused with 503.
+- ``render_service_rejected_total``: steps refused with 503;
+- ``render_service_inline_moved_total``: steps begun on the event loop that had more new
+  text to encode than it may take (`tokenizer.budget`), then run on the pool.
 
 `wedged` tells ``/health`` that every slot has been held by the same steps for longer than
 ``wedge_after`` seconds: nothing is completing, so the pod should be restarted.
@@ -142,6 +144,7 @@ class Admission:
         self.window = window
         self.running = 0
         self.rejected = 0
+        self.moved_to_pool = 0  # steps begun on the event loop that went to the pool (tokenizer.budget)
         self.run_time = 0.0  # moving average of a step's run time, seconds
         self._lock = threading.Lock()  # pool threads and the loop both update the counts below
         self._room = threading.Condition(self._lock)  # a pool thread waits here for `allowed`
@@ -432,3 +435,8 @@ class AdmissionCollector:
         rejected = CounterMetricFamily("render_service_rejected", "requests refused with 503 (overload)")
         rejected.add_metric([], a.rejected)
         yield rejected
+        moved = CounterMetricFamily("render_service_inline_moved",
+                                    "steps begun on the event loop that had more text to encode than it may take, "
+                                    "then run on the pool")
+        moved.add_metric([], a.moved_to_pool)
+        yield moved

@@ -17,6 +17,7 @@ from starlette.responses import Response
 from ..serve.config import ServeConfig
 from ..errors import OpenAIError, bad_request
 from ..wire.validate import validate  # noqa: F401  (routes import it from here)
+from ..tokenizer.budget import ENCODE_BUDGET, OverBudget
 from .drain import Drain
 from .cancel import watch_client
 from .admission import ANTHROPIC_PATHS, Admission, error_json, refusal_headers
@@ -53,13 +54,23 @@ class AppContext:
         steps of a stream that already started: they wait their turn). ``inline``: a step
         too small to be worth the hand-off to a pool thread (it costs more than rendering a
         short chat) runs on the event loop when a slot is free and nothing is queued, holding
-        that slot; otherwise it queues like any step.
+        that slot; otherwise it queues like any step. On the loop it may encode at most
+        `INLINE_ENCODE_CHARS` of new text (`tokenizer.budget`); one that would encode more
+        is run again on the pool.
 
         Raises:
             Overloaded: 503, the pool could not start ``fn`` in time.
         """
         if inline:
-            ran, answer = self.admission.run_now(fn, *args)
+            # a step that turns out to encode more than a small text goes to the pool after all
+            token = ENCODE_BUDGET.set(INLINE_ENCODE_CHARS)
+            try:
+                ran, answer = self.admission.run_now(fn, *args)
+            except OverBudget:
+                ran = False
+                self.admission.moved_to_pool += 1
+            finally:
+                ENCODE_BUDGET.reset(token)
             if ran:
                 return answer
         watch_client()  # the thread runs in a copy of this request's context: it sees CLIENT_GONE (http.cancel)
@@ -120,6 +131,9 @@ async def http_error_response(request: Request, exc: HTTPException) -> JSONRespo
     return JSONResponse(err.body(), status_code=err.status, headers=exc.headers)
 
 
+INLINE_ENCODE_CHARS = 64 * 1024
+"""New text a step on the event loop may encode (~16k tokens: about a millisecond)."""
+
 INLINE_BODY_BYTES = 16 * 1024
 """A request whose declared body is at most this small may be handled on the event loop
 (a short render, a derender chunk with its stop strings and stream_state): the hand-off to
@@ -145,8 +159,8 @@ def small_body(request: Request) -> bool:
 
 
 async def read_json(request: Request, max_bytes: int, loads: Callable[[bytes], Any] = orjson.loads) -> Any:
-    """Parse the body as JSON (with ``loads``: orjson's, or one equal in value that raises
-    the same errors, e.g. `render.known_history.KNOWN.loads`).
+    """Parse the body as JSON: what ``loads`` makes of its bytes (orjson's value, or e.g.
+    `render.known_history.KNOWN.parse`'s value and count; ``loads`` raises orjson's errors).
 
     Raises:
         OpenAIError: 400 for a non-JSON content type or malformed JSON (vLLM answers 400, not

@@ -116,17 +116,23 @@ class KnownHistory:
 
     def loads(self, body: bytes) -> Any:
         """``orjson.loads(body)``, equal in value; raises what it raises."""
+        return self.parse(body)[0]
+
+    def parse(self, body: bytes) -> tuple[Any, int]:
+        """``(orjson.loads(body), bytes of it parsed anew)``: the count is ``len(body)`` less the
+        messages taken from a known body. Raises what ``orjson.loads`` raises."""
         if len(body) < MIN_BODY_BYTES:
-            return orjson.loads(body)
+            return orjson.loads(body), len(body)
         found = self._match(body)
         if found is not None:
             known, count = found
             out = _with_known(body, known, count)
             if out is not None:
+                reused = known.ends[count - 1] - known.start
                 LOOKUPS.labels("reused").inc()
-                REUSED_BYTES.inc(known.ends[count - 1] - known.start)
+                REUSED_BYTES.inc(reused)
                 self._keep(body, out["messages"], known.start, known.ends[:count], len(out["messages"]), True)
-                return out
+                return out, len(body) - reused
         LOOKUPS.labels("parsed").inc()
         out = orjson.loads(body)
         messages = out.get("messages") if isinstance(out, dict) else None
@@ -134,7 +140,7 @@ class KnownHistory:
         start = _array_start(body) if isinstance(messages, list) and len(messages) > 2 else None
         if start is not None:
             self._keep(body, messages, start, [], 2, False)
-        return out
+        return out, len(body)
 
     def _match(self, body: bytes) -> tuple[_Body, int] | None:
         """The most recent kept body ``body`` starts like, and how many messages they share."""

@@ -44,6 +44,7 @@ from typing import Any, Callable
 
 import tokenizers
 
+from . import budget
 from .ids_json import IdsJson, TokenIds
 
 __all__ = ["SegmentSplitter", "SegmentCache", "PrefixCache", "pipeline_spec", "split_blockers"]
@@ -452,6 +453,7 @@ class PrefixCache:
             self._store(_Prompt(text, kept, None, IdsJson(b"[", kept)), None, False, 0, len(ids))
             return ids
         replaced, (start, reused), extends = found
+        budget.check(len(text) - start)  # before anything changes (tokenizer.budget)
         parts = self.splitter.split(text[start:])
         tail, sizes = self._encode_parts(parts)
         kept = replaced.ids

@@ -8,6 +8,7 @@ from functools import cached_property
 
 import tokenizers
 
+from . import budget
 from .backends import Backend, BackendUnavailable, HfBackend, make_backend
 from .corpus import chat_like_prompts, selfcheck_corpus
 from .segments import PrefixCache, SegmentCache, SegmentSplitter
@@ -175,6 +176,7 @@ class TextTokenizer:
         from the segment cache when seen before.
         """
         if add_special_tokens:
+            budget.check(len(text))
             return self._backend.encode(text, True)
         if self._prefix is not None:
             return self._prefix.encode(text)
@@ -184,6 +186,7 @@ class TextTokenizer:
         return self._backend.encode_batch(texts)
 
     def _encode_plain(self, text: str) -> list[int]:
+        budget.check(len(text))
         if self._splitter is None:
             return self._backend.encode(text, False)
         return self._cache.encode_segments(self._splitter.split(text), self._backend.encode_batch)
