@@ -149,12 +149,12 @@ def first_header(request: Request, name: bytes) -> str | None:
     return None
 
 
-def small_body(request: Request) -> bool:
-    """The request declares a body of at most `INLINE_BODY_BYTES` (``Content-Length``, the
-    first one, read from the raw headers: no Headers object per request)."""
+def small_body(request: Request, limit: int = INLINE_BODY_BYTES) -> bool:
+    """The request declares a body of at most ``limit`` bytes (``Content-Length``, the first
+    one, read from the raw headers: no Headers object per request)."""
     for k, v in request.scope["headers"]:
         if k == b"content-length":
-            return v.isdigit() and int(v) <= INLINE_BODY_BYTES
+            return v.isdigit() and int(v) <= limit
     return False
 
 

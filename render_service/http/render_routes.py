@@ -16,7 +16,7 @@ from ..tokenizer.ids_json import dumps_answer, release
 from ..render.known_history import KNOWN
 from ..render.media import chat_media_parts, load_media_input, mm_payload
 from ..wire.openai import ChatCompletionRequest, CompletionRequest
-from .common import AppContext, JSONResponse, first_header, read_json, validate
+from .common import AppContext, JSONResponse, first_header, read_json, small_body, validate
 
 
 # Response header set when tool_choice required / named reaches the engine unconstrained (why, in words).
@@ -32,16 +32,18 @@ INLINE_NEW_BYTES = 64 * 1024
 """New JSON a render may bring and still run on the event loop: a short question, or an
 agent's next turn (a tool result and a reply, ~30 KB a turn in the agent-trace bench)."""
 INLINE_MESSAGES = 256
-"""An inline render's template pass is bounded by its messages (~5 us each for Qwen3's)."""
+"""An inline render's template pass is bounded by its messages (~5 us each for Qwen3's)..."""
+INLINE_BODY_MAX_BYTES = 2 * 1024 * 1024
+"""... and by the text it writes (the late turns of the agent-trace bench: ~670 KB bodies)."""
 
 
 def _little_new(req: ChatCompletionRequest, fresh: int) -> bool:
     """Worth rendering on the event loop: little new JSON (a short question, or an agent's next
     turn over a history parsed before: `KNOWN.parse`), a bounded number of messages, and none
     of what renders or encodes the prompt again (its own template, which runs in a worker
-    process; offsets; an assistant mask). Its new text to encode is bounded as it runs
-    (`tokenizer.budget`, via `AppContext.run_cpu`). The HF backend is never inline (the
-    caller): it would hold the loop for milliseconds."""
+    process; offsets; an assistant mask). The caller bounds the body and leaves out media and
+    the HF backend (it would hold the loop for milliseconds); the new text to encode is
+    bounded as it runs (`tokenizer.budget`, via `AppContext.run_cpu`)."""
     return (fresh <= INLINE_NEW_BYTES and len(req.messages) <= INLINE_MESSAGES and not _request_template(req)
             and not req.return_token_offsets and not req.return_assistant_tokens_mask)
 
@@ -62,7 +64,8 @@ def routes(ctx: AppContext) -> list[Route]:
         rid = _request_id(request, req.request_id)
         with tracing.span("media"):
             media = await load_media_input(ctx.multimodal, chat_media_parts(req.messages), mm_payload(req))
-        inline = media is None and _little_new(req, fresh) and ctx.bundle.tokenizer.backend_name != "hf"
+        inline = (media is None and _little_new(req, fresh) and small_body(request, INLINE_BODY_MAX_BYTES)
+                  and ctx.bundle.tokenizer.backend_name != "hf")
         out = await ctx.run_cpu(render_chat, ctx.bundle, ctx.config, req, rid, media, inline=inline)
         ctx.metrics.rendered(request.scope["path"], out)
         parser = ctx.config.tool_call_parser if tool_parser_active(ctx.config) else None
