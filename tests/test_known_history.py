@@ -48,7 +48,7 @@ def _same(cache: KnownHistory, body: bytes):
 
 
 def test_growing_conversation_reuses_each_earlier_body():
-    cache = KnownHistory()
+    cache = KnownHistory(min_reused_share=0)
     bodies = [_body(m) for m in _conversation()]
     before = _reused()
     for body in bodies:
@@ -59,7 +59,7 @@ def test_growing_conversation_reuses_each_earlier_body():
 
 
 def test_edits_spacing_and_other_writers_parse_as_orjson():
-    cache = KnownHistory()
+    cache = KnownHistory(min_reused_share=0)
     turns = _conversation()
     last = turns[-1]
     for messages in turns:
@@ -89,7 +89,7 @@ def test_edits_spacing_and_other_writers_parse_as_orjson():
 
 @pytest.mark.parametrize("key", [b'"messages"', b'"messag\\u0065s"'])
 def test_a_later_messages_key_wins_as_in_orjson(key):
-    cache = KnownHistory()
+    cache = KnownHistory(min_reused_share=0)
     turns = _conversation()
     for messages in turns:
         _same(cache, _body(messages))
@@ -100,7 +100,7 @@ def test_a_later_messages_key_wins_as_in_orjson(key):
 
 
 def test_broken_or_odd_bodies_raise_or_parse_as_orjson():
-    cache = KnownHistory()
+    cache = KnownHistory(min_reused_share=0)
     turns = _conversation()
     for messages in turns:
         _same(cache, _body(messages))
@@ -222,8 +222,28 @@ def test_image_conversation_reuses_its_history_and_answers_as_a_fresh_parse():
 
 
 def test_a_caller_changing_its_list_does_not_change_what_is_kept():
-    cache = KnownHistory()
+    cache = KnownHistory(min_reused_share=0)
     turns = _conversation()
     for messages in turns[:-1]:
         cache.loads(_body(messages))["messages"][-1] = {"role": "user", "content": "changed by the caller"}
     _same(cache, _body(turns[-1]))
+
+
+def test_a_body_sharing_little_with_a_kept_one_is_parsed_once_plainly():
+    """The rest of a body past its known messages is parsed twice, so the known part is taken
+    only when it is most of the body (`MIN_REUSED_SHARE`): an agent's next turn is; another
+    conversation sharing only the first messages is parsed plainly (same value either way)."""
+    cache = KnownHistory()
+    turns = _conversation()
+    for messages in turns:
+        _same(cache, _body(messages))
+    last = turns[-1]
+    other = copy.deepcopy(last)  # the same opening, then another conversation
+    for message in other[3:]:
+        if isinstance(message.get("content"), str):
+            message["content"] = "Another task. " + message["content"]
+    before = _reused()
+    _same(cache, _body(other))
+    assert _reused() == before  # parsed plainly
+    _same(cache, _body(last + [{"role": "user", "content": "and now?"}]))
+    assert _reused() == before + 1  # the next turn takes its history
