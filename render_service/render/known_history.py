@@ -57,7 +57,10 @@ MAX_BYTES = 128 * 1024 * 1024
 their bytes, so the values are counted, not taken to cost about as much as the bytes)."""
 MAX_SHARE_OF_ONE = 16
 """A body whose messages weigh more than ``max_bytes`` / this (8 MiB: several images as data URLs) is
-not kept, and its walk stops there (~100k objects at most on the loop)."""
+not kept, ..."""
+MAX_OBJECTS = 32 * 1024
+"""... nor one whose new messages hold more objects than this (an agent's 82-message history holds
+~1000; the walk, ~0.2 us an object on the event loop, stops here: ~6 ms)."""
 
 LOOKUPS = Counter("render_service_known_history_lookups_total",
                   "Chat bodies of at least 16 KiB by how their messages were parsed: 'reused' (an earlier "
@@ -185,11 +188,9 @@ class KnownHistory:
         ends = ends + _ends(body, ends[-1] if ends else start, messages[len(ends):upto], not ends)
         if len(ends) < 2:
             return
-        weights, limit = list(weights), self.max_bytes // MAX_SHARE_OF_ONE
-        for message in messages[len(weights):]:
-            weights.append((weights[-1] if weights else 0) + _weight(message, limit))
-            if weights[-1] > limit:
-                return
+        weights = _weights(messages, list(weights), self.max_bytes // MAX_SHARE_OF_ONE)
+        if weights is None:
+            return
         entry = _Body(body, start, list(messages), ends, extends, weights)  # the caller may change its list
         with self._lock:
             (self._bodies if extends else self._cold)[id(entry)] = entry
@@ -200,23 +201,28 @@ class KnownHistory:
                 self._forget(next(iter(self._bodies.values())))
 
 
-def _weight(value: Any, limit: int) -> int:
-    """Bytes of the Python objects ``value`` (a parsed JSON value) holds, each with the pointer
-    to it (``sys.getsizeof``; shared ones, such as orjson's cached keys, counted each time),
-    or a sum past ``limit`` once it gets there (the walk stops)."""
-    total, stack = 0, [value]
-    while stack:
-        item = stack.pop()
-        total += sys.getsizeof(item) + 8
-        if total > limit:
-            return total
-        kind = type(item)
-        if kind is dict:
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif kind is list:
-            stack.extend(item)
-    return total
+def _weights(messages: list, weights: list[int], limit: int) -> list[int] | None:
+    """``weights`` (those of the first messages) extended to every message: ``weights[i]`` is
+    the bytes of the Python objects ``messages[:i + 1]`` hold, each with the pointer to it
+    (``sys.getsizeof``; shared ones, such as orjson's cached keys, counted each time). None,
+    and the walk stops, past ``limit`` bytes or `MAX_OBJECTS` objects walked."""
+    total, left = weights[-1] if weights else 0, MAX_OBJECTS
+    for message in messages[len(weights):]:
+        stack = [message]
+        while stack:
+            item = stack.pop()
+            total += sys.getsizeof(item) + 8
+            left -= 1
+            if total > limit or left < 0:
+                return None
+            kind = type(item)
+            if kind is dict:
+                stack.extend(item.keys())
+                stack.extend(item.values())
+            elif kind is list:
+                stack.extend(item)
+        weights.append(total)
+    return weights
 
 
 def _with_known(body: bytes, known: _Body, count: int) -> dict | None:
