@@ -63,8 +63,8 @@ class Front(RequestMetrics):
     as ``app.front``; what it does not serve itself goes to ``self.app`` (`FrontedApp` sets it).
 
     ``keys``: the accepted API keys (empty: no key needed). With keys, paths under
-    `GUARDED_PREFIXES` (after the ASGI root path) need ``Authorization: Bearer KEY``; ``OPTIONS`` (CORS preflight)
-    passes, as in vLLM; the 401 is in the OpenAI error shape.
+    `GUARDED_PREFIXES` (past the ASGI root path) need ``Authorization: Bearer KEY``;
+    ``OPTIONS`` (CORS preflight) passes, as in vLLM; the 401 is in the OpenAI error shape.
     """
 
     def __init__(self, app: FrontedApp, metrics: ServiceMetrics, admission: Admission, routes: list,

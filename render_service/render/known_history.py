@@ -28,8 +28,9 @@ Anything else — a body under `MIN_BODY_BYTES`, no match, a shortened text that
 parse — goes through plain ``orjson.loads(body)``, so errors read as before. The kept
 values are shared between requests: render never mutates a client's message objects
 (`render.messages.prepare_messages` copies). Bounded by `MAX_ENTRIES` bodies and
-`MAX_BYTES` of them, of which bodies no later one has extended yet (one-shot traffic, or
-a conversation's first large turn) are at most `MAX_COLD`, so a lookup compares few;
+`MAX_BYTES` of them and their parsed messages, of which bodies no later one has extended
+yet (one-shot traffic, or a conversation's first large turn) are at most `MAX_COLD`, so a
+lookup compares few;
 Prometheus counts lookups by outcome and the bytes not re-parsed.
 """
 
@@ -53,7 +54,7 @@ MIN_REUSED_SHARE = 0.5
 more than this share of the body: another conversation's last turn, which shares just its
 system prompt with a kept body, is parsed once, plainly (it cost a cold render 3-14% more)."""
 MAX_BYTES = 128 * 1024 * 1024
-"""Bytes of kept bodies and of their parsed messages (`_weight`: tiny JSON values parse to ~20x
+"""Bytes of kept bodies and of their parsed messages (`_weights`: tiny JSON values parse to ~20x
 their bytes, so the values are counted, not taken to cost about as much as the bytes)."""
 MAX_SHARE_OF_ONE = 16
 """A body whose messages weigh more than ``max_bytes`` / this (8 MiB: several images as data URLs) is
@@ -83,7 +84,7 @@ class _Body:
     def __init__(self, data: bytes, start: int, messages: list, ends: list[int], extends: bool,
                  weights: list[int]) -> None:
         self.data, self.start, self.messages, self.ends, self.extends = data, start, messages, ends, extends
-        self.weights = weights  # weights[i]: `_weight` of messages[:i + 1]
+        self.weights = weights  # weights[i]: what messages[:i + 1] hold (`_weights`)
         self.size = len(data) + weights[-1]  # what it counts against max_bytes
         # the bytes through the first two messages: what a later body of the conversation starts with
         self.key = memoryview(data)[:ends[1]]
