@@ -314,6 +314,36 @@ def test_a_client_that_never_reads_its_answer_is_dropped_and_others_are_served()
     assert reset, "the connection of a client that reads nothing was kept for 40 s"
 
 
+
+def test_a_client_that_reads_its_large_answer_slowly_gets_all_of_it():
+    """A client on a slow link reads a large answer (an image render's ~6 MB) for longer than
+    ``--body-read-timeout``: the answer sits past the high-water mark all that time, yet the
+    client reads. It was reset mid-answer at the timeout; a connection is reset only when a
+    period passes with less read than ``--body-min-rate`` allows."""
+    body = json.dumps({"model": None, "prompt": ["1" * 8000] * 400, "max_tokens": 4}).encode()
+    with spawned_serve("--timeout-keep-alive", "60", "--body-read-timeout", "1") as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.socket() as reader:
+            reader.connect((host, int(port)))
+            reader.settimeout(30)
+            reader.sendall(_post(body, b"/v1/completions/render"))
+            out, started = b"", time.monotonic()
+            while time.monotonic() - started < 60:
+                try:
+                    data = reader.recv(65536)
+                except ConnectionResetError:
+                    break
+                if not data:
+                    break
+                out += data
+                head, _, rest = out.partition(b"\r\n\r\n")
+                length = [line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")]
+                if length and len(rest) >= int(length[0].split(b":")[1]):
+                    break
+                time.sleep(0.02)  # ~3 MB/s at most: the answer takes a few periods to read
+    assert out.startswith(b"HTTP/1.1 200"), out[:200]
+    assert len(rest) == int(length[0].split(b":")[1]) and time.monotonic() - started > 2, (len(rest), time.monotonic() - started)
+
 # -- fresh probes (each failed before its fix) ------------------------------------------------
 
 def _chunked_with_trailers(trailers: bytes) -> bytes:

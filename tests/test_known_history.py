@@ -132,6 +132,31 @@ def test_kept_bodies_are_bounded():
     assert small._bytes <= 100_000
 
 
+def test_kept_values_count_against_the_bound_not_just_their_bytes():
+    """A body of tiny JSON values parses to ~20x its bytes in Python objects (``{}`` is 3
+    bytes, a dict 64 and its pointer 8): four such 28 MiB bodies sent to a server grew it by
+    1.5 GB while ``max_bytes`` (128 MiB) counted only their bytes. What is kept, values
+    included, stays within the bound."""
+    import gc
+    import tracemalloc
+
+    bound = 2 * 1024 * 1024
+    cache = KnownHistory(max_bytes=bound)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for index in range(6):
+            parts = b",".join([b"{}"] * 150_000)  # ~450 KB of empty objects in one message
+            body = b'{"messages":[{"role":"user","content":"c%d"},{"role":"assistant","content":"a"},' % index
+            cache.parse(body + b'{"role":"user","content":[' + parts + b"]}]}")
+            del body, parts
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept <= 2 * bound, f"{kept >> 20} MiB kept under a {bound >> 20} MiB bound"
+
+
 @needs_shared
 def test_agent_turns_through_a_server_are_exact_and_parse_the_history_once():
     transformers = pytest.importorskip("transformers", reason="transformers is the parity oracle (dev extra)")

@@ -11,7 +11,7 @@ import concurrent.futures
 import httpx
 import pytest
 
-from conftest import needs_shared, render_server
+from conftest import needs_shared, render_server, serve_app
 
 GENERATE_REQUEST_KEYS = [
     "request_id", "token_ids", "token_offsets", "features", "content_parts", "sampling_params", "model",
@@ -221,6 +221,24 @@ def test_api_key_also_guards_the_short_aliases():
     with render_server(None, api_key=("k",)) as base:
         for path in ("/render", "/derender"):
             _assert_error(httpx.post(f"{base}{path}", json={"messages": []}), 401)
+
+
+def test_api_key_guards_under_a_root_path():
+    """Behind a path-routing proxy (``--root-path /api``) uvicorn puts the root path in front of
+    the request's path, and the key was checked against that whole path: /api/v1/... is not under
+    /v1, so every route answered without a key. As vLLM, the guard looks at the path past the
+    root path."""
+    from render_service.serve.config import ServeConfig
+    from render_service.serve.server import build_app
+
+    app, _, _ = build_app(ServeConfig(model=None, api_key=("k",), root_path="/api"))
+    with serve_app(app, root_path="/api") as base:
+        body = {"messages": [{"role": "user", "content": "hi"}]}
+        for path in ("/v1/chat/completions/render", "/render", "/v1/models"):
+            _assert_error(httpx.request("POST" if "render" in path else "GET", f"{base}{path}", json=body), 401)
+        ok = httpx.post(f"{base}/v1/chat/completions/render", json=body, headers={"Authorization": "Bearer k"})
+        assert ok.status_code == 200, ok.text
+        assert httpx.get(f"{base}/health").status_code == 200
 
 
 def test_text_part_without_string_text_names_the_field(client):

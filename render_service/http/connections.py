@@ -229,6 +229,7 @@ class HardenedProtocol(HttpToolsProtocol):
     _head_timer: asyncio.TimerHandle | None = None
     _body_timer: asyncio.TimerHandle | None = None
     _write_timer: asyncio.TimerHandle | None = None
+    _write_left = 0  # the transport's buffered bytes when the write timer was armed
     _peer_timer: asyncio.TimerHandle | None = None  # after a half-close: is the client still there?
     _body_cycle: object = None
     _body_started = 0.0
@@ -560,12 +561,18 @@ class HardenedProtocol(HttpToolsProtocol):
     def pause_writing(self) -> None:
         """The transport's buffer is past its high-water mark (the client reads slower than we
         write): the answer's next write waits (uvicorn), and the client has the body timeout
-        (`BodyLimits`) to read it below the low-water mark, else the connection is dropped with
-        what it holds. A client that sends requests and never reads their answers held its
-        connection and the answers' bytes for ever."""
+        (`BodyLimits`) to read it below the low-water mark, or at least ``min_rate`` bytes a
+        second of it meanwhile (then it has another period: a slow link reading a 6 MB image
+        answer), else the connection is dropped with what it holds. A client that sends
+        requests and never reads their answers held its connection and the answers' bytes for
+        ever."""
         super().pause_writing()
         if self._write_timer is None:
-            self._write_timer = self.loop.call_later(self._limits().timeout, self._write_stalled)
+            self._arm_write_timer()
+
+    def _arm_write_timer(self) -> None:
+        self._write_left = self.transport.get_write_buffer_size()
+        self._write_timer = self.loop.call_later(self._limits().timeout, self._write_stalled)
 
     def resume_writing(self) -> None:
         if self._write_timer is not None:
@@ -575,6 +582,10 @@ class HardenedProtocol(HttpToolsProtocol):
 
     def _write_stalled(self) -> None:
         self._write_timer = None
+        limits = self._limits()
+        if self._write_left - self.transport.get_write_buffer_size() >= limits.min_rate * limits.timeout:
+            self._arm_write_timer()  # read slowly, but read (nothing is written while paused)
+            return
         sock = self.transport.get_extra_info("socket")
         try:  # a reset: a close would leave the kernel's buffer queued behind a window that stays shut
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)

@@ -63,8 +63,8 @@ class Front(RequestMetrics):
     as ``app.front``; what it does not serve itself goes to ``self.app`` (`FrontedApp` sets it).
 
     ``keys``: the accepted API keys (empty: no key needed). With keys, paths under
-    `GUARDED_PREFIXES` need ``Authorization: Bearer KEY``; ``OPTIONS`` (CORS preflight)
-    passes, as in vLLM; the 401 is in the OpenAI error shape.
+    `GUARDED_PREFIXES` (past the ASGI root path) need ``Authorization: Bearer KEY``;
+    ``OPTIONS`` (CORS preflight) passes, as in vLLM; the 401 is in the OpenAI error shape.
     """
 
     def __init__(self, app: FrontedApp, metrics: ServiceMetrics, admission: Admission, routes: list,
@@ -90,7 +90,8 @@ class Front(RequestMetrics):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (self.keys and scope["type"] == "http" and scope["method"] != "OPTIONS"
-                and scope["path"].startswith(GUARDED_PREFIXES) and not authorized(scope["headers"], self.keys)):
+                and get_route_path(scope).startswith(GUARDED_PREFIXES)  # past --root-path, as vLLM
+                and not authorized(scope["headers"], self.keys)):
             await error_response(unauthorized())(scope, receive, send)
             return
         await super().__call__(scope, receive, send)

@@ -28,13 +28,15 @@ Anything else — a body under `MIN_BODY_BYTES`, no match, a shortened text that
 parse — goes through plain ``orjson.loads(body)``, so errors read as before. The kept
 values are shared between requests: render never mutates a client's message objects
 (`render.messages.prepare_messages` copies). Bounded by `MAX_ENTRIES` bodies and
-`MAX_BYTES` of them, of which bodies no later one has extended yet (one-shot traffic, or
-a conversation's first large turn) are at most `MAX_COLD`, so a lookup compares few;
+`MAX_BYTES` of them and their parsed messages, of which bodies no later one has extended
+yet (one-shot traffic, or a conversation's first large turn) are at most `MAX_COLD`, so a
+lookup compares few;
 Prometheus counts lookups by outcome and the bytes not re-parsed.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -52,7 +54,14 @@ MIN_REUSED_SHARE = 0.5
 more than this share of the body: another conversation's last turn, which shares just its
 system prompt with a kept body, is parsed once, plainly (it cost a cold render 3-14% more)."""
 MAX_BYTES = 128 * 1024 * 1024
-"""Bytes of kept bodies (their parsed values cost about as much again)."""
+"""Bytes of kept bodies and of their parsed messages (`_weights`: tiny JSON values parse to ~20x
+their bytes, so the values are counted, not taken to cost about as much as the bytes)."""
+MAX_SHARE_OF_ONE = 16
+"""A body whose messages weigh more than ``max_bytes`` / this (8 MiB: several images as data URLs) is
+not kept, ..."""
+MAX_OBJECTS = 32 * 1024
+"""... nor one whose new messages hold more objects than this (an agent's 82-message history holds
+~1000; the walk, ~0.2 us an object on the event loop, stops here: ~6 ms)."""
 
 LOOKUPS = Counter("render_service_known_history_lookups_total",
                   "Chat bodies of at least 16 KiB by how their messages were parsed: 'reused' (an earlier "
@@ -70,10 +79,13 @@ class _Body:
     """A kept body: its bytes, where its ``messages`` array opens (``start``, just past the
     "["), the parsed messages, and the end offsets of the first ``len(ends)`` of them."""
 
-    __slots__ = ("data", "start", "messages", "ends", "key", "extends")
+    __slots__ = ("data", "start", "messages", "ends", "key", "extends", "weights", "size")
 
-    def __init__(self, data: bytes, start: int, messages: list, ends: list[int], extends: bool) -> None:
+    def __init__(self, data: bytes, start: int, messages: list, ends: list[int], extends: bool,
+                 weights: list[int]) -> None:
         self.data, self.start, self.messages, self.ends, self.extends = data, start, messages, ends, extends
+        self.weights = weights  # weights[i]: what messages[:i + 1] hold (`_weights`)
+        self.size = len(data) + weights[-1]  # what it counts against max_bytes
         # the bytes through the first two messages: what a later body of the conversation starts with
         self.key = memoryview(data)[:ends[1]]
 
@@ -137,7 +149,8 @@ class KnownHistory:
                 reused = known.ends[count - 1] - known.start
                 LOOKUPS.labels("reused").inc()
                 REUSED_BYTES.inc(reused)
-                self._keep(body, out["messages"], known.start, known.ends[:count], len(out["messages"]), True)
+                self._keep(body, out["messages"], known.start, known.ends[:count], len(out["messages"]), True,
+                           known.weights[:count])
                 return out, len(body) - reused
         LOOKUPS.labels("parsed").inc()
         out = orjson.loads(body)
@@ -164,23 +177,53 @@ class KnownHistory:
 
     def _forget(self, known: _Body) -> None:
         if (self._bodies if known.extends else self._cold).pop(id(known), None) is not None:
-            self._bytes -= len(known.data)
+            self._bytes -= known.size
 
-    def _keep(self, body: bytes, messages: list, start: int, ends: list[int], upto: int, extends: bool) -> None:
+    def _keep(self, body: bytes, messages: list, start: int, ends: list[int], upto: int, extends: bool,
+              weights: tuple | list = ()) -> None:
         """Keep ``body``, whose first ``len(ends)`` message ends are known, when the ends
         of its first two are: those through message ``upto`` are looked for now, as orjson
-        writes them; the rest when a later body matches (`_Body.complete_ends`)."""
+        writes them; the rest when a later body matches (`_Body.complete_ends`). ``weights``:
+        those of its first messages, known from the body it extends (the rest are weighed
+        here), unless its messages weigh more than a share of ``max_bytes``."""
         ends = ends + _ends(body, ends[-1] if ends else start, messages[len(ends):upto], not ends)
         if len(ends) < 2:
             return
-        entry = _Body(body, start, list(messages), ends, extends)  # the caller may change its list
+        weights = _weights(messages, list(weights), self.max_bytes // MAX_SHARE_OF_ONE)
+        if weights is None:
+            return
+        entry = _Body(body, start, list(messages), ends, extends, weights)  # the caller may change its list
         with self._lock:
             (self._bodies if extends else self._cold)[id(entry)] = entry
-            self._bytes += len(body)
+            self._bytes += entry.size
             while self._cold and (len(self._cold) > self.max_cold or self._bytes > self.max_bytes):
                 self._forget(next(iter(self._cold.values())))
             while self._bodies and (len(self._bodies) > self.max_entries or self._bytes > self.max_bytes):
                 self._forget(next(iter(self._bodies.values())))
+
+
+def _weights(messages: list, weights: list[int], limit: int) -> list[int] | None:
+    """``weights`` (those of the first messages) extended to every message: ``weights[i]`` is
+    the bytes of the Python objects ``messages[:i + 1]`` hold, each with the pointer to it
+    (``sys.getsizeof``; shared ones, such as orjson's cached keys, counted each time). None,
+    and the walk stops, past ``limit`` bytes or `MAX_OBJECTS` objects walked."""
+    total, left = weights[-1] if weights else 0, MAX_OBJECTS
+    for message in messages[len(weights):]:
+        stack = [message]
+        while stack:
+            item = stack.pop()
+            total += sys.getsizeof(item) + 8
+            left -= 1
+            if total > limit or left < 0:
+                return None
+            kind = type(item)
+            if kind is dict:
+                stack.extend(item.keys())
+                stack.extend(item.values())
+            elif kind is list:
+                stack.extend(item)
+        weights.append(total)
+    return weights
 
 
 def _with_known(body: bytes, known: _Body, count: int) -> dict | None:
