@@ -11,6 +11,8 @@ import httpx
 import pytest
 
 from conftest import MODELS, SHARED, render_server
+from render_service.http.admission import Admission
+from render_service.http.front import Front, FrontedApp
 from render_service.http.metrics import ServiceMetrics
 
 RECORDED = Path(__file__).resolve().parent / "fixtures" / "vllm" / "recorded" / "qwen3-hermes.json"
@@ -145,7 +147,7 @@ def _drive(app) -> None:
 
 
 def test_http_series_equal_prometheus_fastapi_instrumentators():
-    """Our middleware gives exactly the series vLLM's library gives (names, labels, buckets,
+    """Our front layer gives exactly the series vLLM's library gives (names, labels, buckets,
     counts, size sums) for the same requests; only the measured durations differ."""
     import prometheus_client
     from prometheus_fastapi_instrumentator import Instrumentator
@@ -157,8 +159,8 @@ def test_http_series_equal_prometheus_fastapi_instrumentators():
     theirs = Starlette(routes=_toy_routes())
     Instrumentator(excluded_handlers=EXCLUDED_HANDLERS, registry=theirs_registry).add().instrument(theirs)
     ours_metrics = ServiceMetrics()
-    ours = Starlette(routes=_toy_routes())
-    ours_metrics.install(ours, ours.routes)
+    ours = FrontedApp(routes=_toy_routes())  # the render server's way: the front counts (http/front.py)
+    Front(ours, ours_metrics, Admission(2, 1.0), ours.routes)
     _drive(theirs)
     _drive(ours)
 

@@ -100,7 +100,7 @@ def prepare_multiprocess_dir() -> str:
 class ServiceMetrics:
     """The app's request series, its scrape-time collectors, and ``/metrics``' text.
 
-    `install` adds the one middleware that counts requests; `add_collector` registers a
+    `RequestMetrics` (the render server's `front.Front`) counts requests; `add_collector` registers a
     collector read at scrape time (tokenizer cache, admission); `exposition` is the body of
     ``/metrics`` (this worker's series, or every worker's merged in multiprocess mode).
     """
@@ -147,11 +147,6 @@ class ServiceMetrics:
     def server_load(self) -> int:
         """Requests in flight in this worker, the ``/load`` route's own request excluded."""
         return max(self._in_flight - 1, 0)
-
-    def install(self, app, routes: list) -> None:
-        """Add the request-counting middleware to ``app`` (a Starlette app serving ``routes``)."""
-        paths = {getattr(r, "path", None) for r in routes} - {None}
-        app.add_middleware(RequestMetrics, metrics=self, paths=paths)
 
     def add_collector(self, collector) -> None:
         """Read ``collector`` (a prometheus collector) at every scrape (mirrored in multiprocess mode)."""
