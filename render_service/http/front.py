@@ -108,6 +108,8 @@ class Front(RequestMetrics):
             a.refused_at_the_door()
             await send_error(send, Overloaded("Server is at capacity; retry shortly."), scope["path"])
             return
+        # in flight only once the whole body is in: a client trickling a body holds a connection
+        # (cut by the body deadline), never a place in the queue (300 slow uploads locked out every POST)
         counted = False
 
         async def receive_and_count():
