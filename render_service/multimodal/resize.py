@@ -111,19 +111,29 @@ def _resize_numpy(image: np.ndarray, height: int, width: int, kind: str = "bicub
 # The same integer arithmetic, compiled (3x faster than NumPy's whole-array steps). Plain
 # functions here; `compile_kernel` turns them into numba kernels (None without numba).
 
+def weighted_row_loop(acc, src, index, weights, at, half):   # pragma: no cover - runs compiled
+    """``acc[m] = half + Σ_k weights[at, k] · src[index[at, k], m]`` (int32) for every ``m`` of
+    ``acc``: one output row of a resampling pass before its shift and clamp (the kernels below,
+    and Qwen-VL's fused vertical pass)."""
+    for m in range(acc.shape[0]):
+        acc[m] = half
+    for k in range(index.shape[1]):
+        w = weights[at, k]
+        if w != 0:
+            row = src[index[at, k]]
+            for m in range(acc.shape[0]):
+                acc[m] += np.int32(row[m]) * w
+
+
+weighted_row_kernel = compile_kernel(weighted_row_loop)   # called from the kernels below (compiled in)
+
+
 def _rows_loop(src, index, weights, precision, out):   # pragma: no cover - runs compiled
     """``out[y, :] = clamp((sum_k weights[y, k] * src[index[y, k], :] + half) >> precision)``."""
     half = 1 << (precision - 1)
     acc = np.empty(src.shape[1], np.int32)
     for y in range(index.shape[0]):
-        for m in range(src.shape[1]):
-            acc[m] = half
-        for k in range(index.shape[1]):
-            w = weights[y, k]
-            if w != 0:
-                row = src[index[y, k]]
-                for m in range(src.shape[1]):
-                    acc[m] += np.int32(row[m]) * w
+        weighted_row_kernel(acc, src, index, weights, y, half)
         for m in range(src.shape[1]):
             v = acc[m] >> precision
             out[y, m] = 0 if v < 0 else (255 if v > 255 else v)
@@ -142,14 +152,7 @@ def _rows_planar_loop(src, index, weights, precision, tile, out):   # pragma: no
     for x0 in range(0, width, tile):
         x1 = min(x0 + tile, width)
         for x in range(x0, x1):
-            for m in range(n):
-                acc[m] = half
-            for k in range(index.shape[1]):
-                w = weights[x, k]
-                if w != 0:
-                    row = src[index[x, k]]
-                    for m in range(n):
-                        acc[m] += np.int32(row[m]) * w
+            weighted_row_kernel(acc, src, index, weights, x, half)
             b = block[x - x0]
             for m in range(n):
                 v = acc[m] >> precision

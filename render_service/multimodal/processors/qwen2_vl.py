@@ -30,7 +30,7 @@ import numpy as np
 from ...errors import bad_request
 from ..items import Field, ProcessedItem
 from ..jit import compile_kernel
-from ..resize import horizontal_planar, pass_weights, resize_bicubic_aa
+from ..resize import horizontal_planar, pass_weights, resize_bicubic_aa, weighted_row_kernel
 
 
 def smart_resize(height: int, width: int, factor: int = 28, min_pixels: int = 56 * 56,
@@ -277,15 +277,7 @@ def _resize_patches_loop(planes, index, weights, precision, p, m, tp, gt, t0, tc
         for i in range(p):
             y = gy * p + i
             for c in range(3):
-                plane = planes[c]
-                for x in range(width):
-                    acc[x] = half
-                for k in range(index.shape[1]):
-                    w = weights[y, k]
-                    if w != 0:
-                        row = plane[index[y, k]]
-                        for x in range(width):
-                            acc[x] += np.int32(row[x]) * w
+                weighted_row_kernel(acc, planes[c], index, weights, y, half)
                 for px in range(gw):
                     base = ((px * 3 + c) * p + i) * p
                     for j in range(p):
