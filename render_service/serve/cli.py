@@ -263,9 +263,10 @@ def add_connection_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--body-read-timeout", type=_positive_float, default=ServeConfig.body_read_timeout, metavar="S",
                    help="seconds a request body may take after its head, plus one per --body-min-rate bytes "
                         "received; a body still incomplete then gets 408 and its connection is closed. An answer "
-                        "the client leaves unread that long (past the write buffer) resets the connection")
+                        "the client reads slower than --body-min-rate for that long (past the write buffer) "
+                        "resets the connection")
     p.add_argument("--body-min-rate", type=_positive_float, default=ServeConfig.body_min_rate, metavar="BYTES_PER_S",
-                   help="the slowest body upload that is never cut (see --body-read-timeout)")
+                   help="the slowest body upload, or reading of an answer, that is never cut (see --body-read-timeout)")
     p.add_argument("--graceful-shutdown-timeout", type=_positive, default=30,
                    help="seconds to drain in-flight requests after SIGTERM before they are cut")
 
