@@ -4,6 +4,8 @@ equals what the template alone renders (transformers ``apply_chat_template`` as 
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 
 from conftest import MODELS, needs_shared
@@ -99,7 +101,10 @@ def test_refusals_and_close():
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00<>"), min_size=1, max_size=40)
+# Text that decodes back to itself: Qwen's normalizer is NFC (U+F900 豈 comes back as U+8C48),
+# so text NFC changes cannot satisfy decode(encode(x)) == x on any server, ours or vLLM's.
+TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00<>"), min_size=1,
+               max_size=40).filter(lambda s: unicodedata.normalize("NFC", s) == s)
 
 
 @pytest.mark.parametrize("model,eos", [("qwen3", "<|im_end|>"), ("llama-3.1-instruct", "<|eot_id|>")])
