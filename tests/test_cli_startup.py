@@ -6,13 +6,15 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from conftest import REPO, free_port, serve_app
+from conftest import MODELS, REPO, free_port, needs_shared, serve_app
 from render_service.serve.cli import add_serve_parser
 
 
@@ -152,3 +154,23 @@ def test_a_tool_parser_without_auto_tool_choice_warns(caplog):
         check_tool_parser_flags("hermes", True)
         check_tool_parser_flags(None, False)
     assert not caplog.records
+
+
+@needs_shared
+def test_serve_switches_to_fastokens_once_it_serves():
+    """`serve` leaves the fast backend's build until uvicorn starts (render_service.serve.cli):
+    the server is healthy and renders with HF meanwhile, then says it switched."""
+    from cli_server import serve
+
+    with serve(str(MODELS / "qwen3")) as (client, proc):
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
+        reader.start()
+        body = {"messages": [{"role": "user", "content": "naïve café 東京 12345"}]}
+        first = client.post("/v1/chat/completions/render", json=body).json()["token_ids"]
+        deadline = time.monotonic() + 300
+        while not any("tokenizer backend fastokens (" in line for line in lines):
+            assert time.monotonic() < deadline, "".join(lines)[-2000:]
+            time.sleep(0.2)
+        assert client.post("/v1/chat/completions/render", json=body).json()["token_ids"] == first
+    assert any("encoding with HF while the fastokens backend is built" in line for line in lines)

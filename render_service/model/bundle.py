@@ -92,6 +92,7 @@ def load_model(
     max_model_len: int | None = None,
     served_model_name: list[str] | tuple[str, ...] | None = None,
     tokenizer_backend: str = "auto",
+    fast_build_now: bool = True,
 ) -> ModelBundle:
     """Load a model's tokenizer side.
 
@@ -102,6 +103,8 @@ def load_model(
         served_model_name: names accepted in ``model`` (first is used in responses);
             default is the source (vLLM's rule).
         tokenizer_backend: ``auto`` | ``hf`` | ``fast`` (see `render_service.tokenizer`).
+        fast_build_now: False leaves ``auto``'s background `fastokens` build to
+            ``bundle.tokenizer.start_fast_build()`` (the server starts it as it listens).
 
     Raises:
         ModelLoadError: the source is missing, unreadable, or a hub id without hub access.
@@ -140,7 +143,9 @@ def load_model(
             raise ModelLoadError(str(exc)) from None
 
     hf: tokenizers.Tokenizer = raw["tokenizer"]
-    tokenizer = TextTokenizer.from_hf(hf, backend=tokenizer_backend, name=default_name, background=True)
+    spec_json = hf.to_str()  # once: the fingerprint and the fast backend's build both read it
+    tokenizer = TextTokenizer.from_hf(hf, backend=tokenizer_backend, name=default_name, background=True,
+                                      build_now=fast_build_now, spec_json=spec_json)
     special = raw["special_tokens"]
     eos_ids = []
     if special.get("eos_token") is not None and (i := hf.token_to_id(special["eos_token"])) is not None:
@@ -152,7 +157,7 @@ def load_model(
 
     names = list(served_model_name or []) or [default_name]
     fingerprint = hashlib.sha256(
-        hashlib.sha256(hf.to_str().encode()).digest() + (template_source or "").encode()
+        hashlib.sha256(spec_json.encode()).digest() + (template_source or "").encode()
     ).hexdigest()[:32]
     return ModelBundle(
         served_model_names=names,

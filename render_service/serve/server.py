@@ -68,8 +68,9 @@ def resolve_parsers(config: ServeConfig, bundle: ModelBundle) -> ServeConfig:
     return dataclasses.replace(config, reasoning_parser=reasoning, tool_call_parser=tool)
 
 
-def load_bundle(config: ServeConfig) -> ModelBundle:
-    """Load the model named by ``config`` (or the embedded default).
+def load_bundle(config: ServeConfig, *, fast_build_now: bool = True) -> ModelBundle:
+    """Load the model named by ``config`` (or the embedded default); ``fast_build_now``: see
+    `load_model`.
 
     Raises:
         StartupError: the model cannot be loaded.
@@ -82,6 +83,7 @@ def load_bundle(config: ServeConfig) -> ModelBundle:
             served_model_name=config.served_model_name or ((config.model,) if config.tokenizer and config.model
                                                            else ()),
             tokenizer_backend=config.tokenizer_backend,
+            fast_build_now=fast_build_now,
         )
     except ModelLoadError as exc:
         raise StartupError(str(exc)) from None
@@ -94,8 +96,9 @@ def load_bundle(config: ServeConfig) -> ModelBundle:
     return bundle
 
 
-def build_app(config: ServeConfig):
-    """``(app, bundle, resolved_config)`` for ``config``.
+def build_app(config: ServeConfig, *, fast_build_now: bool = True):
+    """``(app, bundle, resolved_config)`` for ``config``; with ``fast_build_now=False`` the caller
+    starts the tokenizer's background build (``bundle.tokenizer.start_fast_build()``).
 
     Raises:
         StartupError: see `load_bundle` and `resolve_parsers`.
@@ -111,7 +114,7 @@ def build_app(config: ServeConfig):
         launch_compat.load_plugin(config.reasoning_parser_plugin, "--reasoning-parser-plugin")
     except launch_compat.StartupCheckError as exc:
         raise StartupError(str(exc)) from None
-    bundle = load_bundle(config)
+    bundle = load_bundle(config, fast_build_now=fast_build_now)
     config = resolve_parsers(config, bundle)
     app = create_app(bundle, config)
     app.state.tls = launch_compat.tls_context(config)  # the handshake is the connection's (http/connections.py)
