@@ -57,10 +57,21 @@ class ModelBundle:
     eos_token_ids: list[int]
     generation_config: dict
     max_model_len: int
-    fingerprint: str
+    template_source: str = ""                      # the chat template text the fingerprint covers
     tokenizer_config: dict = field(default_factory=dict)
 
     _sanitizers: dict = field(default_factory=dict, repr=False)
+    _fingerprint: str | None = field(default=None, repr=False)
+
+    @property
+    def fingerprint(self) -> str:
+        """32 hex: SHA-256 over the serialized tokenizer's SHA-256 and the chat template text
+        (the `stream_state` key and check, ``/v1/models`` permission ids). Made on first use:
+        serializing a large vocabulary takes ~0.15 s, which the start-up does not wait for."""
+        if self._fingerprint is None:
+            self._fingerprint = hashlib.sha256(
+                self.tokenizer.spec_digest() + self.template_source.encode()).hexdigest()[:32]
+        return self._fingerprint
 
     def sanitizer(self, template: ChatTemplate):
         """The `ControlTokenSanitizer` for ``template`` (built once per template)."""
@@ -143,9 +154,8 @@ def load_model(
             raise ModelLoadError(str(exc)) from None
 
     hf: tokenizers.Tokenizer = raw["tokenizer"]
-    spec_json = hf.to_str()  # once: the fingerprint and the fast backend's build both read it
     tokenizer = TextTokenizer.from_hf(hf, backend=tokenizer_backend, name=default_name, background=True,
-                                      build_now=fast_build_now, spec_json=spec_json)
+                                      build_now=fast_build_now)
     special = raw["special_tokens"]
     eos_ids = []
     if special.get("eos_token") is not None and (i := hf.token_to_id(special["eos_token"])) is not None:
@@ -156,9 +166,6 @@ def load_model(
             eos_ids.append(i)
 
     names = list(served_model_name or []) or [default_name]
-    fingerprint = hashlib.sha256(
-        hashlib.sha256(spec_json.encode()).digest() + (template_source or "").encode()
-    ).hexdigest()[:32]
     return ModelBundle(
         served_model_names=names,
         source=source or str(path),
@@ -168,7 +175,7 @@ def load_model(
         eos_token_ids=eos_ids,
         generation_config=raw["generation_config"],
         max_model_len=max_model_len or raw["max_model_len"] or _DEFAULT_MAX_MODEL_LEN,
-        fingerprint=fingerprint,
+        template_source=template_source or "",
         tokenizer_config=raw["tokenizer_config"],
     )
 

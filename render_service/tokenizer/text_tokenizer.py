@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from functools import cached_property
@@ -45,7 +46,8 @@ class TextTokenizer:
             server starts it as it begins to listen, so the build does not compete with the
             start-up for the CPU); HF encodes until then, as during the build.
         spec_json: ``hf.to_str()`` when the caller already has it (the fast backend is built
-            from it; serializing a large vocabulary holds the GIL ~0.15 s).
+            from it; serializing a large vocabulary holds the GIL ~0.15 s). Otherwise it is
+            made once, by the background build or by the first `spec_digest`, whichever is first.
 
     Raises:
         ValueError: unknown ``backend``; or ``backend="fast"`` and the fast backend is
@@ -66,6 +68,8 @@ class TextTokenizer:
         self._fast_ready = threading.Event()
         self._fast_ready.set()
         self._spec_json = spec_json
+        self._spec_digest: bytes | None = None
+        self._spec_lock = threading.Lock()
         self._fast_build: threading.Thread | None = None
         if backend == "auto" and background:
             # Building fastokens from tokenizer.json is most of a text model's start-up (seconds, the
@@ -122,6 +126,20 @@ class TextTokenizer:
                    prefix_cache_bytes=prefix_cache_bytes, background=background, build_now=build_now,
                    spec_json=spec_json)
 
+    def spec_digest(self) -> bytes:
+        """SHA-256 of ``hf.to_str()`` (the serialized tokenizer: what `ModelBundle.fingerprint`
+        hashes), computed once."""
+        self._serialized()
+        return self._spec_digest
+
+    def _serialized(self) -> str | None:
+        """``hf.to_str()`` while no backend has been built from it yet (then None); sets the digest."""
+        with self._spec_lock:
+            if self._spec_digest is None:
+                self._spec_json = self._spec_json or self.hf.to_str()
+                self._spec_digest = hashlib.sha256(self._spec_json.encode()).digest()
+            return self._spec_json
+
     def start_fast_build(self) -> None:
         """Start the background `fastokens` build left waiting by ``build_now=False``; no-op
         when there is none or it has started."""
@@ -148,8 +166,8 @@ class TextTokenizer:
 
     def _choose_fast(self, backend: str) -> tuple[Backend, str]:
         try:
-            fast = make_backend("fast", self.hf, self._spec_json)
-            self._spec_json = None  # 4-5 MB for a large vocabulary, not needed again
+            fast = make_backend("fast", self.hf, self._serialized())
+            self._spec_json = None  # 4-5 MB for a large vocabulary, not needed again (the digest is kept)
             reason = backend_mismatch(self._reference, fast, selfcheck_corpus(self._added_contents()))
         except BackendUnavailable as exc:
             fast, reason = None, str(exc)
