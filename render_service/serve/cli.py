@@ -230,8 +230,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
         prepare_multiprocess_dir()  # before any worker starts: every worker's series merged on /metrics
     try:
-        # The fast tokenizer's build waits until the server listens: during start-up it would take CPU and
-        # the GIL from the path to /health, and it is not needed to answer (HF encodes until it is proven).
+        # The fast tokenizer's build waits until uvicorn starts: during the model's loading it would take CPU
+        # and the GIL from the path to /health, and it is not needed to answer (HF encodes until it is proven).
         app, bundle, config = build_app(config, fast_build_now=False)
     except StartupError as exc:
         print(f"render-service: error: {exc}", file=sys.stderr)
@@ -251,13 +251,9 @@ def run_serve(args: argparse.Namespace) -> int:
         uvicorn.run("render_service.serve.server:app_from_env", factory=True, host=config.host, port=config.port,
                     workers=config.workers, log_level=args.uvicorn_log_level, **connection)
     else:  # (with --workers each worker process builds its own app and tokenizer: this one serves nothing)
-        from .listening import run_listening
-
-        # the fast tokenizer's build starts once the socket accepts (begun before, it delayed that by 0.25-0.4 s)
-        return run_listening(uvicorn.Config(app, host=config.host, port=config.port, log_level=args.uvicorn_log_level,
-                                            **connection), on_listening=bundle.tokenizer.start_fast_build)
+        bundle.tokenizer.start_fast_build()
+        uvicorn.run(app, host=config.host, port=config.port, log_level=args.uvicorn_log_level, **connection)
     return 0
-
 
 
 def add_connection_arguments(p: argparse.ArgumentParser) -> None:
