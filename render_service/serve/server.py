@@ -10,6 +10,7 @@ import dataclasses
 import json
 import logging
 import os
+import threading
 from pathlib import Path
 
 from parsers import api as parsers_api
@@ -137,6 +138,24 @@ def build_app(config: ServeConfig, *, fast_build_now: bool = True):
                            allow_methods=list(config.allowed_methods), allow_headers=list(config.allowed_headers),
                            allow_credentials=config.allow_credentials)
     return app, bundle, config
+
+
+FAST_BUILD_FALLBACK_S = 1.0
+
+
+def build_after_health(app, bundle: ModelBundle, fallback_s: float = FAST_BUILD_FALLBACK_S) -> None:
+    """Start ``bundle``'s background fast tokenizer build (left waiting by ``fast_build_now=False``)
+    once ``app`` has answered its first healthy probe (``/health``, ``/ping``), or ``fallback_s``
+    seconds from now when no probe came by then.
+
+    The build is not needed to answer correctly (HF encodes until fastokens is proven equal), and
+    begun during start-up it held the GIL long enough to delay the first ``/health`` by ~0.45 s
+    (qwen3; 1.87 vs 1.43 s to /health with --tokenizer-backend hf).
+    """
+    app.state.ctx.on_healthy = bundle.tokenizer.start_fast_build
+    timer = threading.Timer(fallback_s, bundle.tokenizer.start_fast_build)
+    timer.daemon = True  # a server stopped before it fires has no build to start
+    timer.start()
 
 
 def app_from_env():

@@ -42,9 +42,9 @@ class TextTokenizer:
             up to a shared cut token and encodes only the rest); None (default) = 256 MiB with
             every backend, 0 turns it off. Needs a checked splitter, like the segment cache.
         background: with ``"auto"``, build and check `fastokens` on a thread (see `from_hf`).
-        build_now: with ``background``: False leaves the thread to `start_fast_build` (the
-            server starts it as it begins to listen, so the build does not compete with the
-            start-up for the CPU); HF encodes until then, as during the build.
+        build_now: with ``background``: False leaves the thread to `start_fast_build` (`serve`
+            starts it once it has answered ``/health``: the build, partly holding the GIL,
+            delayed that answer by ~0.45 s); HF encodes until then, as during the build.
         spec_json: ``hf.to_str()`` when the caller already has it (the fast backend is built
             from it; serializing a large vocabulary holds the GIL ~0.15 s). Otherwise it is
             made once, by the background build or by the first `spec_digest`, whichever is first.
@@ -71,6 +71,7 @@ class TextTokenizer:
         self._spec_digest: bytes | None = None
         self._spec_lock = threading.Lock()
         self._fast_build: threading.Thread | None = None
+        self._fast_build_lock = threading.Lock()
         if backend == "auto" and background:
             # Building fastokens from tokenizer.json is most of a text model's start-up (seconds, the
             # GIL released); HF serves meanwhile, equal by definition, and fastokens takes over once proven.
@@ -142,8 +143,9 @@ class TextTokenizer:
 
     def start_fast_build(self) -> None:
         """Start the background `fastokens` build left waiting by ``build_now=False``; no-op
-        when there is none or it has started."""
-        build, self._fast_build = self._fast_build, None
+        when there is none or it has started (from any thread)."""
+        with self._fast_build_lock:
+            build, self._fast_build = self._fast_build, None
         if build is not None:
             build.start()
 
