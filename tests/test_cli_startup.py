@@ -4,15 +4,18 @@ subcommands, the engine's start-up line, and drive's warning about unreachable e
 from __future__ import annotations
 
 import argparse
+import asyncio
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from conftest import REPO, free_port, serve_app
+from conftest import MODELS, REPO, free_port, needs_shared, serve_app
 from render_service.serve.cli import add_serve_parser
 
 
@@ -152,3 +155,57 @@ def test_a_tool_parser_without_auto_tool_choice_warns(caplog):
         check_tool_parser_flags("hermes", True)
         check_tool_parser_flags(None, False)
     assert not caplog.records
+
+
+@needs_shared
+def test_serve_switches_to_fastokens_once_it_serves():
+    """`serve` leaves the fast backend's build until uvicorn starts (render_service.serve.cli):
+    the server is healthy and renders with HF meanwhile, then says it switched."""
+    from cli_server import serve
+
+    with serve(str(MODELS / "qwen3")) as (client, proc):
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
+        reader.start()
+        body = {"messages": [{"role": "user", "content": "naïve café 東京 12345"}]}
+        first = client.post("/v1/chat/completions/render", json=body).json()["token_ids"]
+        deadline = time.monotonic() + 300
+        while not any("tokenizer backend fastokens (" in line for line in lines):
+            assert time.monotonic() < deadline, "".join(lines)[-2000:]
+            time.sleep(0.2)
+        assert client.post("/v1/chat/completions/render", json=body).json()["token_ids"] == first
+    assert any("encoding with HF while the fastokens backend is built" in line for line in lines)
+
+
+def test_fast_build_starts_at_the_first_healthy_probe_or_after_the_fallback():
+    """`serve` starts the fast tokenizer's build once it has said it is healthy (the first probe
+    answered 200), or after the fallback delay when nobody probes; once either way."""
+    from types import SimpleNamespace
+
+    from render_service.http.common import AppContext
+    from render_service.serve.config import ServeConfig
+    from render_service.serve.server import build_after_health
+
+    def server(fallback_s: float):
+        tokenizer = SimpleNamespace(starts=0)
+        tokenizer.start_fast_build = lambda: setattr(tokenizer, "starts", tokenizer.starts + 1)
+        ctx = AppContext(bundle=None, config=ServeConfig())
+        build_after_health(SimpleNamespace(state=SimpleNamespace(ctx=ctx)), SimpleNamespace(tokenizer=tokenizer),
+                           fallback_s=fallback_s)
+        return ctx, tokenizer
+
+    async def probe(ctx) -> int:
+        status = ctx.probe_status()
+        await asyncio.sleep(0)  # the build starts once the probe's answer is written, on the next loop turn
+        return status
+
+    ctx, probed = server(fallback_s=60)
+    assert probed.starts == 0
+    assert asyncio.run(probe(ctx)) == 200 and probed.starts == 1
+    assert asyncio.run(probe(ctx)) == 200 and probed.starts == 1  # later probes start nothing
+    _, unprobed = server(fallback_s=0.05)
+    deadline = time.monotonic() + 30
+    while unprobed.starts == 0:
+        assert time.monotonic() < deadline, "the fallback never started the build"
+        time.sleep(0.05)
+    assert unprobed.starts == 1

@@ -200,3 +200,49 @@ def test_not_a_gguf_file(tmp_path):
         load_gguf(junk)
     with pytest.raises(FileNotFoundError):
         load_gguf(tmp_path / "missing.gguf")
+
+
+def _gguf_py_fields(path: Path) -> dict:
+    reader = gguf.GGUFReader(path)
+    return {name: field.contents() for name, field in reader.fields.items()}
+
+
+def test_metadata_reader_equals_gguf_py(tmp_path):
+    """Our metadata reader (model/gguf.py `_read_fields`) gives what gguf-py's GGUFReader gives,
+    for every value type, arrays of each and nested arrays, in both byte orders, and
+    for the embedded model's file when installed."""
+    from render_service.model.gguf import _read_fields
+
+    T = gguf.GGUFValueType
+    values = [("u8", 200, T.UINT8), ("i8", -100, T.INT8), ("u16", 60000, T.UINT16), ("i16", -30000, T.INT16),
+              ("u32", 4_000_000_000, T.UINT32), ("i32", -2_000_000_000, T.INT32), ("f32", 0.1, T.FLOAT32),
+              ("b", True, T.BOOL), ("s", "naïve 東京 <|im_end|>", T.STRING), ("u64", 2**63 + 5, T.UINT64),
+              ("i64", -(2**62), T.INT64), ("f64", 1e-300, T.FLOAT64)]
+    for endian in (gguf.GGUFEndian.LITTLE, gguf.GGUFEndian.BIG):
+        path = tmp_path / f"all-{endian.name}.gguf"
+        writer = gguf.GGUFWriter(str(path), arch="llama", endianess=endian)
+        for name, value, vtype in values:
+            writer.add_key_value(f"scalar.{name}", value, vtype)
+            writer.add_key_value(f"array.{name}", [value, value], T.ARRAY, sub_type=vtype)
+        writer.add_key_value("array.nested", [[1, 2], [3]], T.ARRAY)
+        writer.add_key_value("array.nested_strings", [["a", "b"], ["c"]], T.ARRAY)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        ours, want = _read_fields(path), _gguf_py_fields(path)
+        assert list(ours) == list(want) and ours == want
+        assert [type(v) for v in ours.values()] == [type(v) for v in want.values()]
+    try:
+        embedded = embedded_default_gguf()
+    except FileNotFoundError:
+        return
+    assert _read_fields(embedded) == _gguf_py_fields(embedded)
+
+
+def test_truncated_gguf_is_not_readable(tmp_path):
+    whole = _write_gguf(tmp_path / "tiny.gguf", _TINY).read_bytes()
+    for cut in (6, 30, len(whole) // 2):
+        (tmp_path / "cut.gguf").write_bytes(whole[:cut])
+        with pytest.raises(GgufTokenizerError, match="not a readable GGUF"):
+            load_gguf(tmp_path / "cut.gguf")

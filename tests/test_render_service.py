@@ -95,6 +95,8 @@ def test_tokenize_detokenize_models_health_version(client, smol):
     assert client.post("/detokenize", json={"tokens": tok["tokens"]}).json()["prompt"] == "Hello world"
     models = client.get("/v1/models").json()
     assert models["data"][0]["id"] == "smol" and models["data"][0]["max_model_len"] == 256
+    assert models["data"][0]["permission"][0]["id"] == f"modelperm-{smol.fingerprint[:16]}"
+    assert client.get("/v1/models").json() == models  # the cards are made once, on the first call
     assert client.get("/health").status_code == 200 and client.get("/version").json()["version"]
     metrics = client.get("/metrics").text
     assert "process_cpu_seconds_total" in metrics and "render_tokenizer_segment_cache_hits_total" in metrics

@@ -148,3 +148,40 @@ def test_background_build_serves_hf_until_fastokens_is_proven():
     assert tt.wait_fast(300) and tt.backend_name == "fastokens", tt.backend_note
     assert tt.encode(text) == hf.encode(text).ids
     assert tt.cache_stats()["enabled"] == 0 and tt.prefix_stats()["enabled"] == 1
+
+
+@needs_shared
+def test_deferred_background_build_waits_for_its_start():
+    """The server's path (build_now=False, the serialized spec handed over): HF encodes, and no
+    build runs, until `start_fast_build`; then fastokens, built from that spec, takes over."""
+    hf = tokenizers.Tokenizer.from_file(str(MODELS / "qwen3" / "tokenizer.json"))
+    text = "<|im_start|>user\nnaïve café 東京 12345 def f(x): return x<|im_end|>\n" * 40
+    tt = TextTokenizer.from_hf(hf, backend="auto", name="qwen3", background=True, build_now=False,
+                               spec_json=hf.to_str())
+    assert tt.encode(text) == hf.encode(text).ids
+    assert not tt.wait_fast(0.5) and tt.backend_name == "hf"  # not started: nothing to wait for yet
+    tt.start_fast_build()
+    tt.start_fast_build()  # a second call starts nothing more
+    assert tt.wait_fast(300) and tt.backend_name == "fastokens", tt.backend_note
+    assert tt.encode(text) == hf.encode(text).ids
+
+
+@needs_shared
+def test_fingerprint_is_the_same_made_before_or_after_the_background_build():
+    """`ModelBundle.fingerprint` (stream_state's key and check: replicas of any version must agree)
+    is SHA-256 over SHA-256(hf.to_str()) and the template text, whether the first request makes
+    it or the background build has serialized the tokenizer first."""
+    import hashlib
+
+    from render_service.model import load_model
+
+    early = load_model(str(MODELS / "qwen3"), fast_build_now=False)
+    first = early.fingerprint  # before any build
+    early.tokenizer.start_fast_build()
+    assert early.tokenizer.wait_fast(300)
+    late = load_model(str(MODELS / "qwen3"))
+    assert late.tokenizer.wait_fast(300) and late.tokenizer.backend_name == "fastokens"
+    hf = late.tokenizer.hf
+    want = hashlib.sha256(hashlib.sha256(hf.to_str().encode()).digest()
+                          + late.chat_template.source.encode()).hexdigest()[:32]
+    assert first == late.fingerprint == want

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import cached_property
 from typing import Any, Callable
 
 from ..serve.config import ServeConfig
@@ -49,8 +50,13 @@ class Derenderer:
         self.bundle = bundle
         self.config = config
         self.tok = bundle.tokenizer
-        self.codec = StateCodec(bundle.fingerprint, config.stream_state_secret)
+        StateCodec("", config.stream_state_secret)  # a short secret raises its ValueError here, not on a stream
         self.live = LiveStreams()
+
+    @cached_property
+    def codec(self) -> StateCodec:
+        """The `stream_state` codec, made on first use (the model fingerprint is made lazily)."""
+        return StateCodec(self.bundle.fingerprint, self.config.stream_state_secret)
 
     # -- checks ----------------------------------------------------------------------
     def model_name(self, model: str | None) -> str:

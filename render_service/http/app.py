@@ -45,6 +45,10 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 def _multimodal_renderer(bundle, config: ServeConfig, run_cpu):
     """A `MultimodalRenderer` when the model directory names a supported vision family, else None."""
+    from ..multimodal.families import model_config, takes_media
+
+    if not takes_media(model_config(config.model)):   # a text model: no processor module is imported
+        return None
     from ..multimodal import MultimodalRenderer, load_processor
     from ..multimodal.flags import from_serve_config
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import functools
 import gc
@@ -43,6 +44,8 @@ class AppContext:
     multimodal: Any = None
     metrics: ServiceMetrics = field(default_factory=ServiceMetrics)  # request series, /load
     drain: Drain = field(default_factory=Drain)  # ends pipes at shutdown (driver.drain, http.connections)
+    # called once, at the first probe answered 200 (`serve`: the fast tokenizer's build, server.build_after_health)
+    on_healthy: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         if self.admission is None:
@@ -81,7 +84,12 @@ class AppContext:
     def probe_status(self) -> int:
         """``/health`` and ``/ping``: 200, or 503 when the pool is wedged (every slot held,
         nothing finishing), so liveness restarts the pod."""
-        return 503 if self.admission.wedged() else 200
+        if self.admission.wedged():
+            return 503
+        if self.on_healthy is not None:  # (probes run on the event loop: one caller at a time)
+            hook, self.on_healthy = self.on_healthy, None
+            asyncio.get_running_loop().call_soon(hook)  # once this probe's answer is written
+        return 200
 
     def check_model(self, model: str | None) -> None:
         """404 unless ``model`` is null, one of the served names (wire brief §0) or a

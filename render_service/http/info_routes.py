@@ -107,11 +107,14 @@ def routes(ctx: AppContext) -> list[Route]:
 
     # vLLM's main API server (`OpenAIServingModels.show_available_models`): the base model's names,
     # then each LoRA adapter with its path as root, its base model as parent and no max_model_len.
-    cards = [card(name, bundle.source, None, bundle.max_model_len) for name in bundle.served_model_names]
-    cards += [card(m["name"], m["path"], m["base_model_name"] or bundle.model_name, None)
-              for m in ctx.config.lora_modules]
+    # Made on the first call: the fingerprint serializes the tokenizer, which start-up does not wait for.
+    cards: list[dict] = []
 
     async def models(request: Request) -> JSONResponse:
+        if not cards:
+            cards.extend([card(name, bundle.source, None, bundle.max_model_len) for name in bundle.served_model_names]
+                         + [card(m["name"], m["path"], m["base_model_name"] or bundle.model_name, None)
+                            for m in ctx.config.lora_modules])
         return JSONResponse({"object": "list", "data": cards})
 
     async def health(request: Request) -> Response:

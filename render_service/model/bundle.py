@@ -57,10 +57,21 @@ class ModelBundle:
     eos_token_ids: list[int]
     generation_config: dict
     max_model_len: int
-    fingerprint: str
+    template_source: str = ""                      # the chat template text the fingerprint covers
     tokenizer_config: dict = field(default_factory=dict)
 
     _sanitizers: dict = field(default_factory=dict, repr=False)
+    _fingerprint: str | None = field(default=None, repr=False)
+
+    @property
+    def fingerprint(self) -> str:
+        """32 hex: SHA-256 over the serialized tokenizer's SHA-256 and the chat template text
+        (the `stream_state` key and check, ``/v1/models`` permission ids). Made on first use:
+        serializing a large vocabulary takes ~0.15 s, which the start-up does not wait for."""
+        if self._fingerprint is None:
+            self._fingerprint = hashlib.sha256(
+                self.tokenizer.spec_digest() + self.template_source.encode()).hexdigest()[:32]
+        return self._fingerprint
 
     def sanitizer(self, template: ChatTemplate):
         """The `ControlTokenSanitizer` for ``template`` (built once per template)."""
@@ -92,6 +103,7 @@ def load_model(
     max_model_len: int | None = None,
     served_model_name: list[str] | tuple[str, ...] | None = None,
     tokenizer_backend: str = "auto",
+    fast_build_now: bool = True,
 ) -> ModelBundle:
     """Load a model's tokenizer side.
 
@@ -102,6 +114,8 @@ def load_model(
         served_model_name: names accepted in ``model`` (first is used in responses);
             default is the source (vLLM's rule).
         tokenizer_backend: ``auto`` | ``hf`` | ``fast`` (see `render_service.tokenizer`).
+        fast_build_now: False leaves ``auto``'s background `fastokens` build to
+            ``bundle.tokenizer.start_fast_build()`` (the server starts it as it listens).
 
     Raises:
         ModelLoadError: the source is missing, unreadable, or a hub id without hub access.
@@ -140,7 +154,8 @@ def load_model(
             raise ModelLoadError(str(exc)) from None
 
     hf: tokenizers.Tokenizer = raw["tokenizer"]
-    tokenizer = TextTokenizer.from_hf(hf, backend=tokenizer_backend, name=default_name, background=True)
+    tokenizer = TextTokenizer.from_hf(hf, backend=tokenizer_backend, name=default_name, background=True,
+                                      build_now=fast_build_now)
     special = raw["special_tokens"]
     eos_ids = []
     if special.get("eos_token") is not None and (i := hf.token_to_id(special["eos_token"])) is not None:
@@ -151,9 +166,6 @@ def load_model(
             eos_ids.append(i)
 
     names = list(served_model_name or []) or [default_name]
-    fingerprint = hashlib.sha256(
-        hashlib.sha256(hf.to_str().encode()).digest() + (template_source or "").encode()
-    ).hexdigest()[:32]
     return ModelBundle(
         served_model_names=names,
         source=source or str(path),
@@ -163,7 +175,7 @@ def load_model(
         eos_token_ids=eos_ids,
         generation_config=raw["generation_config"],
         max_model_len=max_model_len or raw["max_model_len"] or _DEFAULT_MAX_MODEL_LEN,
-        fingerprint=fingerprint,
+        template_source=template_source or "",
         tokenizer_config=raw["tokenizer_config"],
     )
 

@@ -11,12 +11,19 @@ Only byte-level BPE (``tokenizer.ggml.model == "gpt2"``) is supported, with the
 llama.cpp pre-tokenizer types in `PRE_TOKENIZERS`; each entry was checked token for
 token against a real ``tokenizer.json`` in ``shared/models`` (see tests/test_gguf_loader.py).
 Anything else raises `GgufTokenizerError` naming what is missing.
+
+The metadata is read here (`_read_fields`, the GGUF spec's header and key/value section, ~60
+lines) rather than with gguf-py's ``GGUFReader``, which builds NumPy views of every array item
+(~3 s for SmolLM2's 49k tokens + 48k merges, most of the default model's start-up); the test
+suite checks both readers give the same values.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import mmap
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,14 +161,88 @@ def embedded_default_gguf() -> Path:
     return path
 
 
-def _read_fields(path: Path) -> dict[str, Any]:
-    import gguf  # heavy import (numpy); only needed when a GGUF is loaded
+# GGUF value types (gguf-py `GGUFValueType`) -> struct format of one value; 8 is a string, 9 an array
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_STRING, _ARRAY = 8, 9
+_MAGIC = 0x46554747  # "GGUF"
+_VERSIONS = (2, 3)
 
+
+class _Metadata:
+    """Reads a GGUF file's key/value metadata (the header, before the tensor infos) from the
+    mapped file, with `struct` in byte order ``order`` (``<`` or ``>``)."""
+
+    def __init__(self, buf: mmap.mmap, order: str) -> None:
+        self.buf, self.order, self.offset = buf, order, 0
+
+    def take(self, fmt: str, count: int = 1) -> tuple:
+        size = struct.calcsize(self.order + fmt) * count
+        if count < 0 or self.offset + size > len(self.buf):
+            raise ValueError(f"truncated at byte {self.offset}")
+        values = struct.unpack_from(f"{self.order}{count}{fmt}", self.buf, self.offset)
+        self.offset += size
+        return values
+
+    def string(self) -> str:
+        (length,) = self.take("Q")
+        if self.offset + length > len(self.buf):
+            raise ValueError(f"truncated at byte {self.offset}")
+        start, self.offset = self.offset, self.offset + length
+        return str(self.buf[start:self.offset], "utf-8")
+
+    def value(self, kind: int) -> Any:
+        """One value of GGUF type ``kind``, as gguf-py's ``ReaderField.contents()`` gives it:
+        str, int, float, bool, or a flat list (an array of arrays is flattened, as there)."""
+        if kind == _STRING:
+            return self.string()
+        if kind in _SCALARS:
+            (value,) = self.take(_SCALARS[kind])
+            return value
+        if kind == _ARRAY:
+            (item_kind,), (count,) = self.take("I"), self.take("Q")
+            if item_kind == _STRING:
+                return [self.string() for _ in range(count)]
+            if item_kind in _SCALARS:
+                return list(self.take(_SCALARS[item_kind], count))
+            if item_kind == _ARRAY:
+                return [v for _ in range(count) for v in self.value(_ARRAY)]
+            raise ValueError(f"Unknown/unhandled field type {item_kind}")
+        raise ValueError(f"Unknown/unhandled field type {kind}")
+
+
+def _read_fields(path: Path) -> dict[str, Any]:
+    """``{key: value}`` of every metadata key, equal to gguf-py's ``{name: field.contents() for
+    name, field in GGUFReader(path).fields.items()}`` (tests/test_gguf_loader.py checks it), plus
+    its ``GGUF.version``, ``GGUF.tensor_count`` and ``GGUF.kv_count``. Only the metadata is read
+    (~30 ms for SmolLM2's 49k tokens and merges); gguf-py's reader builds NumPy views of every
+    array item and took ~3 s there, most of the embedded default model's start-up."""
     try:
-        reader = gguf.GGUFReader(path)
-    except (ValueError, OSError) as exc:  # bad magic, truncated file, unreadable
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            return _parse_fields(mapped)
+    except (ValueError, OSError, struct.error) as exc:  # bad magic, truncated file, unreadable
         raise GgufTokenizerError(f"{path}: not a readable GGUF file ({exc})") from exc
-    return {name: field.contents() for name, field in reader.fields.items()}
+
+
+def _parse_fields(buf: mmap.mmap) -> dict[str, Any]:
+    if len(buf) < 8 or struct.unpack_from("<I", buf)[0] != _MAGIC:
+        raise ValueError("GGUF magic invalid")
+    order = "<"
+    if struct.unpack_from("<I", buf, 4)[0] & 0xFFFF == 0:  # written on a machine of the other byte order
+        order = ">"
+    meta = _Metadata(buf, order)
+    meta.offset = 4
+    (version,) = meta.take("I")
+    if version not in _VERSIONS:
+        raise ValueError(f"Sorry, file appears to be version {version} which we cannot handle")
+    tensor_count, kv_count = meta.take("Q", 2)
+    fields: dict[str, Any] = {"GGUF.version": version, "GGUF.tensor_count": tensor_count, "GGUF.kv_count": kv_count}
+    for _ in range(kv_count):
+        key = meta.string()
+        (kind,) = meta.take("I")
+        if key in fields:
+            raise ValueError(f"Duplicate {key} already in list at offset {meta.offset}")
+        fields[key] = meta.value(kind)
+    return fields
 
 
 def load_gguf(path: str | Path) -> GgufTokenizerData:

@@ -3,7 +3,8 @@
 Public surface:
 - `MultimodalRenderer` / `MultimodalConfig` (pipeline.py): parts → expanded token ids + ``features``;
 - `MediaPart`, `image_part`, `chat_media_part`, `anthropic_image_url` (parts.py): front-door parts;
-- `load_processor` (processors/): the family processor for a model directory, or None.
+- `load_processor` (processors/): the family processor for a model directory, or None
+  (`families.takes_media` says which without importing a processor).
 """
 
 import importlib
@@ -12,7 +13,7 @@ import importlib
 # Pillow, NumPy and numba.
 _HOMES = {
     "MediaLimits": "media", "anthropic_image_url": "parts", "chat_media_part": "parts", "image_part": "parts",
-    "LoadedItem": "pipeline", "MediaPart": "pipeline", "MultimodalConfig": "pipeline", "MultimodalRenderer": "pipeline",
+    "LoadedItem": "pipeline", "MediaPart": "parts", "MultimodalConfig": "pipeline", "MultimodalRenderer": "pipeline",
     "FAMILIES": "processors", "load_processor": "processors",
 }
 __all__ = sorted(_HOMES)

@@ -9,10 +9,28 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import bad_request
-from .pipeline import MediaPart
+
+
+@dataclass(frozen=True)
+class MediaPart:
+    """One media content part, whatever the front door (chat, Responses, Messages).
+
+    Attributes:
+        modality: ``"image"`` or ``"video"``.
+        url: ``data:``, ``file://`` or ``http(s)://`` URL; None for a ``uuid``-only part.
+        uuid: the client's id for the item; when given it is the item's ``mm_hash``.
+        param: dotted path of the part in the request, for error messages.
+    """
+
+    modality: str
+    url: str | None
+    uuid: str | None = None
+    param: str | None = None
+
 
 CHAT_MEDIA_TYPES = {"image_url": "image", "video_url": "video", "input_image": "image"}
 

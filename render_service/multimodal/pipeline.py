@@ -30,6 +30,7 @@ from .decode import DEFAULT_MAX_IMAGE_PIXELS, decode_jpeg_sequence, decode_rgb, 
 from .hashing import image_hash, video_hash
 from .prompt_updates import check_non_overlapping, find_placeholders
 from .media import JPEG_SEQUENCE, MediaBytes, MediaLimits, load_file_url, load_media
+from .parts import MediaPart
 from .video import decode_container, sample_for_processor
 
 MODALITIES = ("image", "video")
@@ -37,23 +38,6 @@ MODALITIES = ("image", "video")
 
 async def _default_run_cpu(fn: Callable[..., Any], *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
-
-
-@dataclass(frozen=True)
-class MediaPart:
-    """One media content part, whatever the front door (chat, Responses, Messages).
-
-    Attributes:
-        modality: ``"image"`` or ``"video"``.
-        url: ``data:``, ``file://`` or ``http(s)://`` URL; None for a ``uuid``-only part.
-        uuid: the client's id for the item; when given it is the item's ``mm_hash``.
-        param: dotted path of the part in the request, for error messages.
-    """
-
-    modality: str
-    url: str | None
-    uuid: str | None = None
-    param: str | None = None
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,13 @@ renderer, which expands the template's placeholders with `MediaInput.expand` (vL
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import bad_request
-from ..multimodal import LoadedItem, MediaPart, MultimodalRenderer, chat_media_part
+from ..multimodal.parts import MediaPart, chat_media_part
+
+if TYPE_CHECKING:  # the pipeline (NumPy, Pillow, httpx) loads only for a model that takes media
+    from ..multimodal.pipeline import LoadedItem, MultimodalRenderer
 
 MM_PAYLOADS = ("tensors", "none")
 

@@ -210,7 +210,7 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from ..derender.state import MIN_SECRET_CHARS, random_secret
-    from .server import StartupError, build_app
+    from .server import StartupError, build_after_health, build_app
 
     config = build_config(args)
     random_key = config.stream_state_secret is None
@@ -230,7 +230,9 @@ def run_serve(args: argparse.Namespace) -> int:
 
         prepare_multiprocess_dir()  # before any worker starts: every worker's series merged on /metrics
     try:
-        app, bundle, config = build_app(config)
+        # The fast tokenizer's build waits until the server has said it is healthy (server.build_after_health):
+        # it would take CPU and the GIL from the path to /health, and it is not needed to answer correctly.
+        app, bundle, config = build_app(config, fast_build_now=False)
     except StartupError as exc:
         print(f"render-service: error: {exc}", file=sys.stderr)
         return 2
@@ -248,7 +250,8 @@ def run_serve(args: argparse.Namespace) -> int:
         os.environ["RENDER_SERVICE_CONFIG"] = json.dumps(config.__dict__, default=list)
         uvicorn.run("render_service.serve.server:app_from_env", factory=True, host=config.host, port=config.port,
                     workers=config.workers, log_level=args.uvicorn_log_level, **connection)
-    else:
+    else:  # (with --workers each worker process builds its own app and tokenizer: this one serves nothing)
+        build_after_health(app, bundle)
         uvicorn.run(app, host=config.host, port=config.port, log_level=args.uvicorn_log_level, **connection)
     return 0
 

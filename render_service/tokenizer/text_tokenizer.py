@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from functools import cached_property
@@ -40,6 +41,13 @@ class TextTokenizer:
             starts like one seen before, as each turn of an agent loop does, reuses its ids
             up to a shared cut token and encodes only the rest); None (default) = 256 MiB with
             every backend, 0 turns it off. Needs a checked splitter, like the segment cache.
+        background: with ``"auto"``, build and check `fastokens` on a thread (see `from_hf`).
+        build_now: with ``background``: False leaves the thread to `start_fast_build` (`serve`
+            starts it once it has answered ``/health``: the build, partly holding the GIL,
+            delayed that answer by ~0.45 s); HF encodes until then, as during the build.
+        spec_json: ``hf.to_str()`` when the caller already has it (the fast backend is built
+            from it; serializing a large vocabulary holds the GIL ~0.15 s). Otherwise it is
+            made once, by the background build or by the first `spec_digest`, whichever is first.
 
     Raises:
         ValueError: unknown ``backend``; or ``backend="fast"`` and the fast backend is
@@ -48,7 +56,7 @@ class TextTokenizer:
 
     def __init__(self, hf: tokenizers.Tokenizer, backend: str = "hf", *, name: str | None = None,
                  segment_cache_bytes: int | None = None, prefix_cache_bytes: int | None = None,
-                 background: bool = False) -> None:
+                 background: bool = False, build_now: bool = True, spec_json: str | None = None) -> None:
         if backend not in BACKEND_CHOICES:
             raise ValueError(f"unknown tokenizer backend {backend!r} (expected one of {', '.join(BACKEND_CHOICES)})")
         self.hf = hf
@@ -59,6 +67,11 @@ class TextTokenizer:
         self.backend_note = "hf requested"
         self._fast_ready = threading.Event()
         self._fast_ready.set()
+        self._spec_json = spec_json
+        self._spec_digest: bytes | None = None
+        self._spec_lock = threading.Lock()
+        self._fast_build: threading.Thread | None = None
+        self._fast_build_lock = threading.Lock()
         if backend == "auto" and background:
             # Building fastokens from tokenizer.json is most of a text model's start-up (seconds, the
             # GIL released); HF serves meanwhile, equal by definition, and fastokens takes over once proven.
@@ -68,7 +81,9 @@ class TextTokenizer:
             # Not a daemon: a process exiting mid-build (a short-lived server, a test) waits for it,
             # since a daemon thread inside the Rust build at interpreter shutdown aborts the
             # process (SIGABRT, "exception not rethrown").
-            threading.Thread(target=self._take_fast, name="fastokens-build").start()
+            self._fast_build = threading.Thread(target=self._take_fast, name="fastokens-build")
+            if build_now:
+                self.start_fast_build()
         elif backend != "hf":
             self._backend, self.backend_note = self._choose_fast(backend)
         if segment_cache_bytes is None:
@@ -94,7 +109,7 @@ class TextTokenizer:
     @classmethod
     def from_hf(cls, hf: tokenizers.Tokenizer, backend: str = "auto", name: str | None = None,
                 segment_cache_bytes: int | None = None, prefix_cache_bytes: int | None = None,
-                background: bool = False) -> "TextTokenizer":
+                background: bool = False, build_now: bool = True, spec_json: str | None = None) -> "TextTokenizer":
         """The constructor the model loader calls.
 
         ``backend``: ``"auto"`` uses `fastokens` when it is installed and encodes the
@@ -105,10 +120,34 @@ class TextTokenizer:
         see the class doc (None = on for HF, off for `fastokens`); ``prefix_cache_bytes``: see
         the class doc (None = on). ``background`` (with ``"auto"``): return at once encoding
         with HF, and build and check `fastokens` in a thread, switching to it once proven equal
-        (`wait_fast` waits for that); the server's start-up takes this path.
+        (`wait_fast` waits for that); the server's start-up takes this path. ``build_now``
+        and ``spec_json``: see the class doc.
         """
         return cls(hf, backend, name=name, segment_cache_bytes=segment_cache_bytes,
-                   prefix_cache_bytes=prefix_cache_bytes, background=background)
+                   prefix_cache_bytes=prefix_cache_bytes, background=background, build_now=build_now,
+                   spec_json=spec_json)
+
+    def spec_digest(self) -> bytes:
+        """SHA-256 of ``hf.to_str()`` (the serialized tokenizer: what `ModelBundle.fingerprint`
+        hashes), computed once."""
+        self._serialized()
+        return self._spec_digest
+
+    def _serialized(self) -> str | None:
+        """``hf.to_str()`` while no backend has been built from it yet (then None); sets the digest."""
+        with self._spec_lock:
+            if self._spec_digest is None:
+                self._spec_json = self._spec_json or self.hf.to_str()
+                self._spec_digest = hashlib.sha256(self._spec_json.encode()).digest()
+            return self._spec_json
+
+    def start_fast_build(self) -> None:
+        """Start the background `fastokens` build left waiting by ``build_now=False``; no-op
+        when there is none or it has started (from any thread)."""
+        with self._fast_build_lock:
+            build, self._fast_build = self._fast_build, None
+        if build is not None:
+            build.start()
 
     def _take_fast(self) -> None:
         try:
@@ -129,7 +168,8 @@ class TextTokenizer:
 
     def _choose_fast(self, backend: str) -> tuple[Backend, str]:
         try:
-            fast = make_backend("fast", self.hf)
+            fast = make_backend("fast", self.hf, self._serialized())
+            self._spec_json = None  # 4-5 MB for a large vocabulary, not needed again (the digest is kept)
             reason = backend_mismatch(self._reference, fast, selfcheck_corpus(self._added_contents()))
         except BackendUnavailable as exc:
             fast, reason = None, str(exc)

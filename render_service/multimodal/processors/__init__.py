@@ -10,35 +10,23 @@ A processor is built from the model directory and its ``config.json`` and offers
 width, param)`` (the token ids replacing the template's token when they are not
 ``num_tokens`` copies of it), ``merge_ids(ids)`` + ``split_tokens`` (replacements that merge
 with their neighbours, `..prompt_updates`). Adding a family is a module here plus a row in
-`FAMILIES` (docs/multimodal.md, "Add a family").
+`..families.FAMILY_MODULES` (docs/multimodal.md, "Add a family").
 """
 
 from __future__ import annotations
 
-import json
+import importlib
 from pathlib import Path
 from typing import Any, Callable
 
 from ...errors import bad_request
-from .gemma3 import Gemma3Processor
-from .llava import LlavaProcessor
-from .minicpmv import MiniCPMVProcessor
-from .qwen2_vl import Qwen2VLProcessor
-from .qwen3_vl import Qwen3VLProcessor
+from ..families import FAMILY_MODULES, model_config, takes_media
 
 # config.json "model_type" -> factory(model_dir, config) -> processor
 FAMILIES: dict[str, Callable[[Path, dict], Any]] = {
-    "qwen2_vl": Qwen2VLProcessor.from_model_dir,
-    "qwen2_5_vl": Qwen2VLProcessor.from_model_dir,
-    "llava": LlavaProcessor.from_model_dir,
-    "gemma3": Gemma3Processor.from_model_dir,
-    "qwen3_vl": Qwen3VLProcessor.from_model_dir,
-    "minicpmv": MiniCPMVProcessor.from_model_dir,
+    model_type: getattr(importlib.import_module(f".{module}", __name__), cls).from_model_dir
+    for model_type, (module, cls) in FAMILY_MODULES.items()
 }
-
-# config.json keys that only vision-language models carry
-_VISION_KEYS = ("vision_config", "image_token_index", "image_token_id", "mm_tokens_per_image", "vision_start_token_id",
-                "visual", "vision_tower")
 
 
 class UnsupportedFamily:
@@ -63,34 +51,20 @@ class UnsupportedFamily:
             param)
 
 
-def is_vision_config(config: dict) -> bool:
-    """True when ``config.json`` describes a vision-language model."""
-    return any(key in config for key in _VISION_KEYS)
-
-
 def load_processor(model_dir: str | Path | None, tokenizer: Any = None) -> Any | None:
     """The processor for the model directory's family; `UnsupportedFamily` for a vision model of
     another family; None for a text-only model (or no ``config.json``).
 
     ``tokenizer`` (the model's `TextTokenizer`) is handed to processors with a ``bind`` hook.
     """
-    if model_dir is None:
+    config = model_config(model_dir)
+    if not takes_media(config):
         return None
     model_dir = Path(model_dir)
-    if not model_dir.is_dir():
-        return None
-    try:
-        config = json.loads((model_dir / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(config, dict):
-        return None
     model_type = str(config.get("model_type", ""))
     factory = FAMILIES.get(model_type)
-    if factory is None:
-        if is_vision_config(config):
-            return UnsupportedFamily(model_type, [str(a) for a in config.get("architectures") or []])
-        return None
+    if factory is None:   # a vision config (takes_media)
+        return UnsupportedFamily(model_type, [str(a) for a in config.get("architectures") or []])
     from ..resize import warm_up
 
     warm_up()
