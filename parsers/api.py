@@ -326,7 +326,7 @@ def prompt_reasoning_state(reasoning: str | None, prompt_text: str, chat_templat
     if not reasoning:
         return False, False
     fmt = registry.reasoning_format(reasoning)
-    if fmt in (registry.HARMONY, registry.MUSE, registry.RESPONSE_TEMPLATE):
+    if isinstance(fmt, str):  # Harmony, Muse, a response template: no think-tag row
         return (prompt_ends_reasoning(reasoning, prompt_text, chat_template_kwargs),
                 prompt_starts_in_reasoning(reasoning, prompt_text, chat_template_kwargs, response_template))
     starts, ruled_out = prompt_reasoning(fmt, prompt_text, chat_template_kwargs or {})
