@@ -1,6 +1,7 @@
 """`model.templates._InlineGetattr`: ``x.name`` compiled inline (dict item, string method,
 loop field, else ``environment.getattr``) answers what jinja2's own immutable sandbox
-answers, for every kind of ``x`` and name, nested, missing, unsafe or shadowed."""
+answers, for every kind of ``x`` and name, nested, missing, unsafe or shadowed; so does a
+string method called at once (`_BoundedSandbox.call`)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ TEMPLATES = [
     "{% set ns = namespace(a=1) %}{% for x in xs %}{% set ns.a = ns.a + 1 %}{% endfor %}{{ ns.a }}",
     "{{ n.role is defined }}|{{ (m.role ~ s).upper() }}|{{ [m, m][1].role }}",
     "{% for x in xs %}{% for y in xs %}{{ loop.index }}{{ y.role }}{% endfor %}{{ loop.index }}{% endfor %}",
+    # string methods called (`_BoundedSandbox.call`'s shortcut), in and out of loops, with keyword arguments
+    "{{ s.split(maxsplit=0) }}|{{ s.replace('.', '-', 1) }}|{{ s.rjust(9, '*') }}|{{ s.startswith(('x', 'a')) }}",
+    "{% for x in xs %}{{ (x.role or x.content).upper() }}{{ x.get('role', '').endswith('b') }}{% endfor %}",
+    "{{ (s|attr('format'))(1) }}|{{ s.format(1) }}|{{ m.content.strip().split()|join(',') }}",
 ]
 
 
