@@ -218,10 +218,12 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
         return safe
 
     def call(__self, __context: jinja2.runtime.Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
-        # A string's own method (``content.startswith(...)``: most of a chat template's calls) is
-        # called at once; the sandbox's answer would be the same: safe (never a raw ``format`` or
-        # ``format_map``, which `getattr` hands out wrapped), and it takes no context.
-        if type(__obj) is _BUILTIN_METHOD and type(__obj.__self__) is str and __obj.__name__ in _STR_METHODS:
+        # A string's own method (``content.startswith(...)``: most of a chat template's calls) and
+        # ``namespace(...)`` are called at once; the sandbox's answer would be the same: safe (never a
+        # raw ``format`` or ``format_map``, which `getattr` hands out wrapped), and they take no
+        # context (its checks of that raised and caught four AttributeErrors for ``namespace``).
+        if (type(__obj) is _BUILTIN_METHOD and type(__obj.__self__) is str and __obj.__name__ in _STR_METHODS
+                or __obj is _SafeNamespace):
             kwargs.pop("_loop_vars", None)
             kwargs.pop("_block_vars", None)
             return __obj(*args, **kwargs)
