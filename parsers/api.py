@@ -49,7 +49,7 @@ from .formats import ToolFormat
 from .harmony import HarmonyStage
 from .muse import MuseStage
 from .response_template import ResponseTemplate, ResponseTemplateStage, template_starts_in_reasoning
-from .reasoning import ReasoningStage, rules_out_reasoning, starts_open
+from .reasoning import ReasoningStage, prompt_reasoning, rules_out_reasoning, starts_open
 from .registry import reasoning_parser_names, tool_parser_names
 from .schema import tool_names
 from .framing import NONE, ContentFilter, StopFilter
@@ -319,6 +319,20 @@ def prompt_ends_reasoning(reasoning: str | None, prompt_text: str,
     return rules_out_reasoning(fmt, prompt_text, chat_template_kwargs or {})
 
 
+def prompt_reasoning_state(reasoning: str | None, prompt_text: str, chat_template_kwargs: dict | None = None,
+                           response_template: dict | None = None) -> tuple[bool, bool]:
+    """``(prompt_ends_reasoning(...), prompt_starts_in_reasoning(...))`` with the prompt read
+    once (render asks both of every prompt)."""
+    if not reasoning:
+        return False, False
+    fmt = registry.reasoning_format(reasoning)
+    if isinstance(fmt, str):  # Harmony, Muse, a response template: no think-tag row
+        return (prompt_ends_reasoning(reasoning, prompt_text, chat_template_kwargs),
+                prompt_starts_in_reasoning(reasoning, prompt_text, chat_template_kwargs, response_template))
+    starts, ruled_out = prompt_reasoning(fmt, prompt_text, chat_template_kwargs or {})
+    return ruled_out, starts
+
+
 def parse_complete(spec: ParserSpec, text: str) -> ParsedMessage:
     """Non-streaming parse of a whole output (``feed(text)`` + ``finish()``)."""
     parser = OutputParser(spec)
@@ -349,6 +363,6 @@ def message_from_events(events: list[Event]) -> ParsedMessage:
 
 
 __all__ = ["ParserSpec", "OutputParser", "ParsedMessage", "ParsedToolCall", "create_parser",
-           "prompt_starts_in_reasoning", "prompt_ends_reasoning", "parse_complete", "message_from_events", "merge_events",
+           "prompt_starts_in_reasoning", "prompt_ends_reasoning", "prompt_reasoning_state", "parse_complete", "message_from_events", "merge_events",
            "reasoning_parser_names", "tool_parser_names", "detect_parsers",
            "Event", "Content", "Reasoning", "ToolCallStart", "ToolCallArguments", "ToolCallEnd"]

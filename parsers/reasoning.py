@@ -229,13 +229,29 @@ ALIASES = {"glm47": "glm45", "step5": "deepseek_r1"}
 
 def _last_turn_block(fmt: ReasoningFormat, prompt_text: str) -> str:
     """``"open"``, ``"closed"`` or ``"none"``: the think block in the prompt's last turn."""
-    turn = max((prompt_text.rfind(m) + len(m) for m in TURN_MARKERS if m in prompt_text), default=0)
-    tail = prompt_text[turn:]
-    last_start = max((tail.rfind(m) for m in fmt.start), default=-1)
-    last_end = max((tail.rfind(m) for m in fmt.end), default=-1)
+    turn = 0
+    for marker in TURN_MARKERS:
+        at = prompt_text.rfind(marker)
+        if at >= 0 and at + len(marker) > turn:
+            turn = at + len(marker)
+    # positions from the last turn on (-1: not there); only their order matters
+    last_start = max([prompt_text.rfind(m, turn) for m in fmt.start])
+    last_end = max([prompt_text.rfind(m, turn) for m in fmt.end])
     if last_start > last_end:
         return "open"
     return "closed" if last_end >= 0 else "none"
+
+
+def prompt_reasoning(fmt: ReasoningFormat, prompt_text: str, kwargs: dict) -> tuple[bool, bool]:
+    """``(starts_open(...), rules_out_reasoning(...))`` with the prompt's last turn read once."""
+    if fmt.content_prefix is not None:
+        return False, True
+    block = _last_turn_block(fmt, prompt_text)
+    if block != "none":
+        return block == "open", block == "closed" or not fmt.active(kwargs)
+    active = fmt.active(kwargs)
+    off = any(kwargs.get(k) is False for k in fmt.off_kwargs)
+    return active and fmt.thinking(kwargs), not active or off
 
 
 def starts_open(fmt: ReasoningFormat, prompt_text: str, kwargs: dict) -> bool:
@@ -245,24 +261,14 @@ def starts_open(fmt: ReasoningFormat, prompt_text: str, kwargs: dict) -> bool:
     True; a closing tag after the last opening tag (the template wrote a closed, maybe
     empty, think block) ⇒ False; neither ⇒ the family default under ``kwargs``.
     """
-    if fmt.content_prefix is not None:
-        return False
-    block = _last_turn_block(fmt, prompt_text)
-    if block != "none":
-        return block == "open"  # the prompt is the stronger signal than any kwarg
-    return fmt.active(kwargs) and fmt.thinking(kwargs)
+    return prompt_reasoning(fmt, prompt_text, kwargs)[0]
 
 
 def rules_out_reasoning(fmt: ReasoningFormat, prompt_text: str, kwargs: dict) -> bool:
     """Does the prompt leave no room for reasoning? A closed block in the last turn (the
     template answered for the model, case 25), or thinking switched off by a kwarg. A prompt
     with no block where the model may open one itself (Qwen3's default) is not ruled out."""
-    if fmt.content_prefix is not None or not fmt.active(kwargs):
-        return True
-    block = _last_turn_block(fmt, prompt_text)
-    if block != "none":
-        return block == "closed"
-    return any(kwargs.get(k) is False for k in fmt.off_kwargs)
+    return prompt_reasoning(fmt, prompt_text, kwargs)[1]
 
 
 class ReasoningStage:
@@ -361,4 +367,4 @@ class ReasoningStage:
 
 
 __all__ = ["ReasoningFormat", "ReasoningStage", "FORMATS", "ALIASES", "HARMONY_REASONING_NAMES",
-           "starts_open", "rules_out_reasoning"]
+           "starts_open", "rules_out_reasoning", "prompt_reasoning"]

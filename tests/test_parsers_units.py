@@ -293,3 +293,23 @@ def test_detect_rules_are_derived_from_the_format_rows():
         assert sizes == sorted(sizes, reverse=True)
     assert detect_parsers("<tool_call>{...}</tool_call><arg_key>k</arg_key>")[1] == "glm45"
     assert detect_parsers("<tool_call>{...}</tool_call>")[1] == "hermes"
+
+
+def test_prompt_reasoning_state_is_both_answers_at_once():
+    """Render asks both questions of every prompt in one pass; the answers are the two functions'."""
+    from parsers import prompt_ends_reasoning
+    from parsers.api import prompt_reasoning_state
+
+    tails = ["<|im_start|>assistant\n<think>\n", "<|im_start|>assistant\n<think>\n\n</think>\n\n",
+             "<|im_start|>assistant\n", "<think>old</think><|im_start|>user\nhi<|im_end|><|im_start|>assistant\n",
+             "<|im_start|>user\nsay <think><|im_end|><|im_start|>assistant\n", "<｜User｜>hi<｜Assistant｜>",
+             "<｜User｜>hi<｜Assistant｜></think>", "<｜User｜>hi<｜Assistant｜><think>", "]~b]ai\n<think>\n",
+             "<|assistant|>\n<think></think>", "[INST]hi[/INST]", "<|start|>assistant", "<think>", "</think><think>",
+             "x<|end_message|>", "", "plain text"]
+    kwargs_variants = [{}, {"enable_thinking": False}, {"enable_thinking": True}, {"thinking": True}, {"thinking": False}]
+    names = [n for n in reasoning_parser_names() if n not in ("hf", "beam")] + [None]
+    for name in names:
+        for tail in tails:
+            for kwargs in kwargs_variants:
+                want = (prompt_ends_reasoning(name, tail, kwargs), prompt_starts_in_reasoning(name, tail, kwargs))
+                assert prompt_reasoning_state(name, tail, kwargs) == want, (name, tail, kwargs)

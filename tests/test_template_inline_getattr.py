@@ -1,6 +1,7 @@
 """`model.templates._InlineGetattr`: ``x.name`` compiled inline (dict item, string method,
 loop field, else ``environment.getattr``) answers what jinja2's own immutable sandbox
-answers, for every kind of ``x`` and name, nested, missing, unsafe or shadowed."""
+answers, for every kind of ``x`` and name, nested, missing, unsafe or shadowed; so does a
+string method or ``namespace()`` called at once (`_BoundedSandbox.call`)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,12 @@ TEMPLATES = [
     "{% set ns = namespace(a=1) %}{% for x in xs %}{% set ns.a = ns.a + 1 %}{% endfor %}{{ ns.a }}",
     "{{ n.role is defined }}|{{ (m.role ~ s).upper() }}|{{ [m, m][1].role }}",
     "{% for x in xs %}{% for y in xs %}{{ loop.index }}{{ y.role }}{% endfor %}{{ loop.index }}{% endfor %}",
+    # string methods called (`_BoundedSandbox.call`'s shortcut), in and out of loops, with keyword arguments
+    "{{ s.split(maxsplit=0) }}|{{ s.replace('.', '-', 1) }}|{{ s.rjust(9, '*') }}|{{ s.startswith(('x', 'a')) }}",
+    "{% for x in xs %}{{ (x.role or x.content).upper() }}{{ x.get('role', '').endswith('b') }}{% endfor %}",
+    "{{ (s|attr('format'))(1) }}|{{ s.format(1) }}|{{ m.content.strip().split()|join(',') }}",
+    "{% set ns = namespace(a=[1], b=s) %}{% for x in xs %}{% set ns2 = namespace(n=loop.index) %}{{ ns2.n }}"
+    "{% endfor %}{{ ns.a }}{{ ns.b }}{{ namespace().missing is defined }}",
 ]
 
 
@@ -39,7 +46,8 @@ def _answer(env, source: str) -> str:
 
 
 @pytest.mark.parametrize("source", TEMPLATES + ["{{ s.__class__ }}", "{{ m.__class__.__mro__ }}", "{{ s.mro }}",
-                                                "{{ s.format.__globals__ }}", "{{ m.nested.missing.role }}"])
+                                                "{{ s.format.__globals__ }}", "{{ m.nested.missing.role }}",
+                                                "{{ namespace(_x=1) }}", "{% set ns = namespace() %}{% set ns._y = 1 %}"])
 def test_inline_getattr_answers_as_the_sandbox(source):
     assert _answer(_ENV, source) == _answer(_plain_sandbox(), source)
 

@@ -133,6 +133,10 @@ _PLAIN_ATTRIBUTES: dict[type, frozenset[str]] = {
 }
 
 
+_BUILTIN_METHOD = type("".startswith)
+_STR_METHODS = _PLAIN_ATTRIBUTES[str]
+
+
 class _InlineGetattr(jinja2.compiler.CodeGenerator):
     """Compiles ``x.name`` to `_BoundedSandbox.getattr`'s fast paths written inline — a plain
     dict holding ``name`` (when ``dict`` has no such attribute), a string's plain method, a
@@ -212,6 +216,18 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
             if len(self._verdicts) < 1 << 14:
                 self._verdicts[key] = safe
         return safe
+
+    def call(__self, __context: jinja2.runtime.Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        # A string's own method (``content.startswith(...)``: most of a chat template's calls) and
+        # ``namespace(...)`` are called at once; the sandbox's answer would be the same: safe (never a
+        # raw ``format`` or ``format_map``, which `getattr` hands out wrapped), and they take no
+        # context (its checks of that raised and caught four AttributeErrors for ``namespace``).
+        if (type(__obj) is _BUILTIN_METHOD and type(__obj.__self__) is str and __obj.__name__ in _STR_METHODS
+                or __obj is _SafeNamespace):
+            kwargs.pop("_loop_vars", None)
+            kwargs.pop("_block_vars", None)
+            return __obj(*args, **kwargs)
+        return super().call(__context, __obj, *args, **kwargs)
 
     def call_binop(self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any) -> Any:
         if operator == "**" and _is_int(left) and _is_int(right) and abs(left) > 1:

@@ -105,9 +105,8 @@ def render_chat(bundle: ModelBundle, config: ServeConfig, req: ChatCompletionReq
     reasoning_ended = starts_in_reasoning = None
     if reasoning_active:
         tail = text[-_PROMPT_TAIL_CHARS:]
-        reasoning_ended = parsers_api.prompt_ends_reasoning(config.reasoning_parser, tail, effective_kwargs)
-        starts_in_reasoning = parsers_api.prompt_starts_in_reasoning(config.reasoning_parser, tail, effective_kwargs,
-                                                                     bundle.response_template)
+        reasoning_ended, starts_in_reasoning = parsers_api.prompt_reasoning_state(
+            config.reasoning_parser, tail, effective_kwargs, bundle.response_template)
     if not req.include_reasoning:
         reasoning_ended = True
 
