@@ -176,3 +176,26 @@ def test_kept_fields_are_bounded(monkeypatch):
         through(known, orjson.dumps(stream_body(prompt=PROMPT + [n])))
     assert known._bytes == sum(len(b) for _, b in known._values) <= known_mod.MAX_KEPT_BYTES
     assert len(known) == 3  # the chat_request and two prompts fit in three prompts' bytes
+
+
+def test_kept_values_are_found_by_their_bytes_only_where_the_member_is(monkeypatch):
+    known = new_known()
+    through(known, orjson.dumps(stream_body()))
+    split = []
+    monkeypatch.setattr(known_mod, "_members", lambda data, real=known_mod._members: split.append(len(data)) or real(data))
+    data = orjson.dumps(stream_body(ids=(9,)))
+    assert through(known, data) == validate(DerenderChatStreamRequest, orjson.loads(data))
+    kept = len(orjson.dumps(PROMPT)) + len(orjson.dumps(stream_body()["chat_request"]))
+    assert split == [len(data) - kept + 2]  # the kept ids and chat_request were not scanned
+    # the same bytes first under a nested "prompt_token_ids" key (chat_request comes first here):
+    # the split of the text without them has no 0 at the top-level member, so the body is split whole
+    other = PROMPT[:-1] + [7]
+    for top in (other, PROMPT):
+        body = {"chat_request": {"messages": [], "x": {"prompt_token_ids": PROMPT}}, **stream_body(prompt=top)}
+        body["chat_request"] = {"messages": [], "x": {"prompt_token_ids": PROMPT}}
+        data = orjson.dumps(body)
+        assert data.find(b'"prompt_token_ids":[') < data.find(b'"stream"')
+        split.clear()
+        req = through(known, data)
+        assert req == validate(DerenderChatStreamRequest, orjson.loads(data)) and req.prompt_token_ids == top
+        assert split[-1] == len(data)

@@ -15,6 +15,11 @@ exact bytes came in before; ``validate`` gives such a field the value validated 
   suffices): so the body has no duplicate key, nothing between members, and keys without
   escapes, and orjson would see the same members (a body that does not pass goes through
   ``orjson.loads`` whole, errors and all);
+- a kept value is first looked for where ``"field":`` first appears in the bytes (by its
+  first bytes, then compared whole; a whole JSON value is prefix-free, so equal bytes there
+  are that value) and written ``0`` before the split, so its bytes are not scanned again:
+  only when that split (compact) has the ``0`` at that member's offset was it the member,
+  else the body is split as it is;
 - every other member is parsed by orjson, inside one array so at the depth it has in the
   body; if that fails the whole body is parsed, for orjson's own error;
 - a kept field's bytes are equal (compared, never hashed) to bytes orjson parsed before and
@@ -55,6 +60,11 @@ MIN_FIELD_BYTES = 64
 """`KnownBody`: shorter fields are parsed every time (a lookup costs about as much)."""
 MAX_FIELD_BYTES = 1 << 20
 """`KnownBody`: longer fields are parsed and validated every time (a 128k-token prompt is ~800 KB)."""
+HEAD_BYTES = 64
+"""`KnownBody`: a kept value is looked up in a body by its first bytes ..."""
+MAX_CANDIDATES = 8
+"""... and at most this many kept values with the same first bytes are compared (the most
+recent first; a body matching none of them is split as it is, scanning every member)."""
 MAX_KEPT_BYTES = 16 << 20
 """`KnownBody`: most bytes of kept fields; their values hold up to ~6x that (a token id is ~6.5
 bytes of JSON, 40 of list slot and int object)."""
@@ -135,6 +145,9 @@ class KnownBody:
         # (field, bytes) -> {model: validated value}; least recently used first
         self._values: OrderedDict[tuple[str, bytes], dict[type, Any]] = OrderedDict()
         self._bytes = 0
+        # (field, first HEAD_BYTES of a kept value) -> those values, most recent last (`_known_spans`)
+        self._heads: dict[tuple[str, bytes], list[bytes]] = {}
+        self._markers = tuple((f, b'"%s":' % f.encode()) for f in fields)
         self._lock = threading.Lock()
         self.hits = dict.fromkeys(fields, 0)  # field -> requests that took its kept value
 
@@ -144,12 +157,20 @@ class KnownBody:
     def loads(self, data: bytes) -> Any:
         """``orjson.loads(data)`` (raises what it raises), or a `SplitBody`: equal to it but
         for the fields whose bytes are known, which it leaves out."""
-        members = _members(data) if len(data) >= MIN_BODY_BYTES and self.capacity else None
+        if len(data) < MIN_BODY_BYTES or not self.capacity:
+            return orjson.loads(data)
+        lists = self._known_spans(data)
+        members = _members(data if lists is None else lists[0])
+        if lists is not None and (members is None or not _at(members, lists[1])):
+            members, lists = _members(data), None
         if members is None:
             return orjson.loads(data)
         keys, values, raw = [], [], {}
         with self._lock:
             for key, value in members.items():
+                if lists is not None and key in lists[1]:
+                    raw[key] = lists[1][key][1]
+                    continue
                 if key in self.fields and MIN_FIELD_BYTES <= len(value) <= MAX_FIELD_BYTES:
                     raw[key] = b = bytes(value)
                     if (key, b) in self._values:
@@ -163,6 +184,40 @@ class KnownBody:
         body = SplitBody(zip(keys, parsed))
         body.raw = raw
         return body
+
+    def _known_spans(self, data: bytes) -> tuple[bytes, dict[str, tuple[int, bytes]]] | None:
+        """``data`` with the value of each kept field whose bytes are kept written ``0``, and
+        per such field where that ``0`` is and the value's bytes; None when there is none.
+        The value is found where ``"field":`` first appears, by its first `HEAD_BYTES` (at
+        most `MAX_CANDIDATES` kept values compared, the most recent first); a kept value is a
+        whole JSON value, so bytes equal to it there are that value. That first ``"field":``
+        need not be the member (it can be inside another value): `_at` checks that the split
+        of the text has the ``0`` there, else the body is split as it is. Scanning the token
+        ids and the chat_request was most of a chunk's split."""
+        found = []
+        for field, marker in self._markers:  # (no lock: a dict lookup and a list copy are atomic)
+            at = data.find(marker)
+            if at < 0:
+                continue
+            start = at + len(marker)
+            same = self._heads.get((field, data[start:start + HEAD_BYTES]))
+            for b in reversed(same[-MAX_CANDIDATES:]) if same else ():
+                if data.startswith(b, start):
+                    found.append((start, start + len(b), field, b))
+                    break
+        if not found:
+            return None
+        found.sort()
+        view, parts, where, last, shift = memoryview(data), [], {}, 0, 0
+        for start, end, field, b in found:
+            if start < last:  # overlapping (one inside the other): not two members
+                return None
+            parts += (view[last:start], b"0")
+            where[field] = (start - shift, b)
+            shift += end - start - 1
+            last = end
+        parts.append(view[last:])
+        return b"".join(parts), where
 
     def validate(self, model: type[M], body: Any) -> M:
         """``validate(model, orjson.loads(data))`` for the ``body`` `loads` made of ``data``:
@@ -205,12 +260,31 @@ class KnownBody:
                 if entry is None:
                     entry = self._values[key] = {}
                     self._bytes += len(b)
+                    self._heads.setdefault((field, b[:HEAD_BYTES]), []).append(b)
                 else:
                     self._values.move_to_end(key)
                 entry[model] = getattr(req, field)
             while self._values and (len(self._values) > self.capacity or self._bytes > MAX_KEPT_BYTES):
-                (_, b), _ = self._values.popitem(last=False)
+                (field, b), _ = self._values.popitem(last=False)
                 self._bytes -= len(b)
+                same = self._heads[(field, b[:HEAD_BYTES])]
+                same.remove(b)
+                if not same:
+                    del self._heads[(field, b[:HEAD_BYTES])]
+
+
+def _at(members: dict[str, msgspec.Raw], where: dict[str, tuple[int, bytes]]) -> bool:
+    """Each field of ``where`` is a member whose value is ``0`` at that offset of the compact
+    text of ``members`` (`_members` checked the text is it)."""
+    pos, hits = 1, 0
+    for key, value in members.items():
+        pos += len(key) + 3
+        if key in where:
+            if where[key][0] != pos or bytes(value) != b"0":
+                return False
+            hits += 1
+        pos += len(value) + 1
+    return hits == len(where)
 
 
 def _members(data: bytes) -> dict[str, msgspec.Raw] | None:
