@@ -119,7 +119,9 @@ class ToolStage:
 
     # -- plain data -------------------------------------------------------------------
     def export(self) -> dict:
-        return {"st": self.st.value, "outer": self.outer.value, "buf": self.buf, "raw": "".join(self.raw),
+        raw = "".join(self.raw)
+        self.raw = [raw] if raw else []  # one piece from now on: a stream's next export joins two, not every token's
+        return {"st": self.st.value, "outer": self.outer.value, "buf": self.buf, "raw": raw,
                 "header": self.header, "ws": self.ws, "said": self.said, "fresh": self.fresh,
                 "sec0": self.sec0, "spelling": self._spelling(),
                 "body": [self.body.kind, self.body.export()] if self.body else None}

@@ -172,3 +172,28 @@ def test_token_bytes_match_decode_for_byte_level_pieces():
     tb = token_bytes(tok)
     ids = tok.encode("héllo 中文 😀 world")
     assert b"".join(tb.of(i) for i in ids) == "héllo 中文 😀 world".encode()
+
+
+@needs_shared
+@pytest.mark.parametrize("name", BYTE_LEVEL)
+def test_ascii_pieces_join_to_what_decode_gives(name):
+    """The lone-ByteLevel fast path (TokenBytes.ascii_text): ids of ASCII pieces, no added
+    token, decode to their texts joined, with or without skip_special_tokens; and a stream of
+    such ids is emitted without calling the tokenizer's decode at all."""
+    tok = real(name)
+    tb = token_bytes(tok)
+    assert tb.plain_byte_level
+    rnd = random.Random(7)
+    pool = [i for i in rnd.sample(range(tok.vocab_size), 20000) if tb.ascii_text(i) is not None]
+    assert len(pool) > 5000 and not any(tb.ascii_text(i) is not None for i in tok.hf.get_added_tokens_decoder())
+    for _ in range(2000):
+        ids = [rnd.choice(pool) for _ in range(rnd.randint(1, 9))]
+        for skip in (True, False):
+            assert "".join(tb.ascii_text(i) for i in ids) == tok.decode(ids, skip_special_tokens=skip)
+    ids = [rnd.choice(pool) for _ in range(30)]
+    d = IncrementalDetokenizer(tok, False, [rnd.choice(pool) for _ in range(7)])
+    calls = []
+    d._tok = type("Counting", (), {"decode": lambda self, *a, **k: calls.append(a) or tok.decode(*a, **k),
+                                   "is_special": lambda self, i: tok.is_special(i)})()
+    assert "".join(d.push([i]) for i in ids) + d.flush() == tok.decode(ids, skip_special_tokens=False)
+    assert calls == []

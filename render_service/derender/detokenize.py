@@ -81,8 +81,12 @@ class TokenBytes:
         self.byte_level = "ByteLevel" in kinds
         self.byte_fallback = "ByteFallback" in kinds
         self.known = self.byte_level or self.byte_fallback or bool(kinds & {"Metaspace", "Replace", "Fuse", "Strip"})
+        # a lone ByteLevel decoder maps each piece to its bytes and decodes their concatenation:
+        # the text of ids whose bytes are all ASCII is their pieces' ASCII joined (`ascii_text`)
+        self.plain_byte_level = kinds == {"ByteLevel"}
         self._added = {i: t.content for i, t in tokenizer.hf.get_added_tokens_decoder().items()}
         self._cache: dict[int, bytes | None] = {}
+        self._ascii: dict[int, str | None] = {}
 
     def of(self, token_id: int) -> bytes | None:
         """Bytes of ``token_id`` (see class doc)."""
@@ -92,6 +96,22 @@ class TokenBytes:
             pass
         value = self._compute(token_id)
         self._cache[token_id] = value
+        return value
+
+    def ascii_text(self, token_id: int) -> str | None:
+        """The text of ``token_id`` when the tokenizer's decoder is a lone ByteLevel and the
+        token is no added token and its bytes are all ASCII (then ``decode`` of such ids is
+        their texts joined, whatever ``skip_special_tokens``), else None."""
+        try:
+            return self._ascii[token_id]
+        except KeyError:
+            pass
+        value = None
+        if self.plain_byte_level and token_id not in self._added:
+            b = self.of(token_id)
+            if b is not None and b.isascii():
+                value = b.decode("ascii")
+        self._ascii[token_id] = value
         return value
 
     def _compute(self, token_id: int) -> bytes | None:
@@ -206,12 +226,16 @@ class IncrementalDetokenizer:
         return self._emit() if self.read < len(self.ids) else ""
 
     def _emit(self) -> str:
-        decode = self._tok.decode
-        prefix = decode(self.ids[: self.read], skip_special_tokens=self._skip) if self.read else ""
-        full = decode(self.ids, skip_special_tokens=self._skip)
-        # Also when a decoder rule rewrote the context (``full`` does not start with
-        # ``prefix``): emitting past ``len(prefix)`` never repeats text.
-        text = full[len(prefix):]
+        texts = [self._bytes.ascii_text(i) for i in self.ids] if self._bytes.plain_byte_level else None
+        if texts is not None and all(texts):  # ASCII pieces, no added token: what decode gives (TokenBytes.ascii_text)
+            text = "".join(texts[self.read:])
+        else:
+            decode = self._tok.decode
+            prefix = decode(self.ids[: self.read], skip_special_tokens=self._skip) if self.read else ""
+            full = decode(self.ids, skip_special_tokens=self._skip)
+            # Also when a decoder rule rewrote the context (``full`` does not start with
+            # ``prefix``): emitting past ``len(prefix)`` never repeats text.
+            text = full[len(prefix):]
         cut = self._boundary(self.ids, max(0, len(self.ids) - CONTEXT_IDS))
         del self.ids[:cut]
         self.read = len(self.ids)

@@ -196,7 +196,8 @@ class Derenderer:
         is reused only for equal ones, `live.LiveStreams`)."""
         gen: GenerateResponse = req.generate_chunk
         session = self.live.take(req.stream_state, api, inputs) if req.stream_state is not None else None
-        if session is None or req.prompt_token_ids != session.prompt:  # a live session's prompt passed already
+        prompt = req.prompt_token_ids  # (a stream's chunks share one list when derender.known kept it)
+        if session is None or (prompt is not session.prompt and prompt != session.prompt):  # a live session's passed
             self.check_prompt(req.prompt_token_ids, "prompt_token_ids")
         if session is not None:
             session.resume(req.prompt_token_ids)

@@ -94,8 +94,10 @@ class AppContext:
     def check_model(self, model: str | None) -> None:
         """404 unless ``model`` is null, one of the served names (wire brief §0) or a
         ``--lora-modules`` adapter name (rendered as the base model; `model` passes through)."""
+        if model is None:  # (most derender chunks: the list below is built only for a name)
+            return
         names = [*self.bundle.served_model_names, *(m["name"] for m in self.config.lora_modules)]
-        if model is not None and model not in names:
+        if model not in names:
             raise OpenAIError(
                 404, f"The model `{model}` does not exist. Valid aliases: {', '.join(names)}.", param="model"
             )

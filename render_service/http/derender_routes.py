@@ -30,7 +30,7 @@ from .responder import Responder
 from ..derender.service import Derenderer
 from ..errors import OpenAIError, bad_request
 from ..doors import DOORS
-from ..derender.known import KnownFields
+from ..derender.known import KnownBody, KnownFields
 from ..wire.derender import (ChatRequestFields, DerenderChatRequest, DerenderChatStreamRequest,
                              DerenderCompletionRequest, DerenderCompletionStreamRequest, PipeHeader)
 from .admission import refusal_headers
@@ -54,10 +54,9 @@ def _token_count(body: dict) -> int:
 def routes(ctx: AppContext) -> list[Route]:
     """The derender routes for ``ctx.bundle``."""
     d = Derenderer(ctx.bundle, ctx.config)
-    # a stream's chat_request / completion_request comes with every chunk: validated once (derender.known)
-    chat = (KnownFields("chat_request", ChatRequestFields), (DerenderChatRequest, d.chat),
-            (DerenderChatStreamRequest, d.chat_stream))
-    completion = (KnownFields("completion_request", ChatRequestFields), (DerenderCompletionRequest, d.completion),
+    # a stream's prompt ids and chat_request / completion_request come with every chunk: validated once (derender.known)
+    chat = (_known("chat_request"), (DerenderChatRequest, d.chat), (DerenderChatStreamRequest, d.chat_stream))
+    completion = (_known("completion_request"), (DerenderCompletionRequest, d.completion),
                   (DerenderCompletionStreamRequest, d.completion_stream))
     ctx.metrics.add_collector(_KeptStateCollector(d.live, (chat[0], completion[0])))
     return [
@@ -70,6 +69,11 @@ def routes(ctx: AppContext) -> list[Route]:
     ]
 
 
+def _known(request_field: str) -> KnownBody:
+    """The kept fields of a derender route whose API's request comes as ``request_field``."""
+    return KnownBody(("prompt_token_ids", request_field), KnownFields(request_field, ChatRequestFields))
+
+
 class DerenderEndpoint:
     """Raw ASGI endpoint of a JSON derender route (``stream`` picks the streamed model and
     function): a streamed chunk is the hottest request there is, so it is called as an ASGI
@@ -78,7 +82,7 @@ class DerenderEndpoint:
     answer's head is what starlette's `JSONResponse` sends: ``content-length``, then
     ``content-type: application/json``."""
 
-    def __init__(self, ctx: AppContext, path: str, known: KnownFields, plain: tuple[type, Callable],
+    def __init__(self, ctx: AppContext, path: str, known: KnownBody, plain: tuple[type, Callable],
                  streamed: tuple[type, Callable]) -> None:
         self.ctx, self.known, self.plain, self.streamed = ctx, known, plain, streamed
         self.chunks = ctx.metrics.derender_chunks.labels(path)  # the route's counter, looked up once
@@ -87,8 +91,8 @@ class DerenderEndpoint:
         ctx = self.ctx
         try:
             request = Request(scope, receive)
-            body = await read_json(request, ctx.config.max_body_bytes)
-            model, fn = self.streamed if type(body) is dict and body.get("stream") is True else self.plain
+            body = await read_json(request, ctx.config.max_body_bytes, self.known.loads)
+            model, fn = self.streamed if isinstance(body, dict) and body.get("stream") is True else self.plain
             req = self.known.validate(model, body)
             ctx.check_model(req.model)
             inline = small_body(request) and _token_count(body) < INLINE_TOKENS
@@ -110,7 +114,7 @@ class _KeptStateCollector:
     """/metrics: how often a stream's chunk continued on a kept session (`derender.live`) and
     its request fields were already validated (`derender.known`), read at scrape time."""
 
-    def __init__(self, live: Any, known: tuple[KnownFields, ...]) -> None:
+    def __init__(self, live: Any, known: tuple[KnownBody, ...]) -> None:
         self.live, self.known = live, known
 
     def collect(self):
@@ -123,8 +127,10 @@ class _KeptStateCollector:
         kept.add_metric([], len(self.live))
         known = CounterMetricFamily("render_service_derender_known_fields_hits",
                                     "Streamed chunks whose request fields were validated before", labels=["field"])
-        for fields in self.known:
-            known.add_metric([fields.field], fields.hits)
+        for body in self.known:
+            for field, hits in body.hits.items():
+                fallback = body.fallback if body.fallback is not None and body.fallback.field == field else None
+                known.add_metric([field], hits + (fallback.hits if fallback is not None else 0))
         yield from (continued, kept, known)
 
 
