@@ -135,6 +135,7 @@ _PLAIN_ATTRIBUTES: dict[type, frozenset[str]] = {
 
 _BUILTIN_METHOD = type("".startswith)
 _STR_METHODS = _PLAIN_ATTRIBUTES[str]
+_DATA_TYPES = frozenset({str, int, float, bool, type(None), list, dict, tuple})  # never a str.format to wrap
 
 
 class _InlineGetattr(jinja2.compiler.CodeGenerator):
@@ -201,11 +202,15 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
             return getattr(obj, attribute)
         elif kind is _SafeNamespace and attribute[:1] != "_":  # its fields are all safe to read
             try:
-                value = getattr(obj, attribute)
-            except AttributeError:
-                pass
-            else:
-                return self.wrap_str_format(value) or value
+                # from jinja2's dict of the fields, not through Namespace.__getattribute__ (Qwen3 reads
+                # `ns.multi_step_tool` once per message); plain data needs no str.format wrapping
+                value = object.__getattribute__(obj, "_Namespace__attrs")[attribute]
+            except (AttributeError, KeyError):  # not a field (or a jinja2 that keeps them elsewhere)
+                try:
+                    value = getattr(obj, attribute)
+                except AttributeError:
+                    return super().getattr(obj, attribute)
+            return value if value.__class__ in _DATA_TYPES else (self.wrap_str_format(value) or value)
         return super().getattr(obj, attribute)
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
