@@ -467,8 +467,12 @@ class HardenedProtocol(HttpToolsProtocol):
         answered."""
         if self._answer_probe(door, data):
             return True
-        method, _, rest = data.partition(b" ")
-        path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
+        # the request line's method and path, without copying the rest of the chunk (up to 256 KiB of body)
+        sp = data.find(b" ")
+        method = data[:sp] if sp >= 0 else data
+        end = data.find(b" ", sp + 1) if sp >= 0 else -1
+        path = (data[sp + 1:end] if end >= 0 else data[sp + 1:]) if sp >= 0 else b""
+        path = path.split(b"?", 1)[0]
         if method == b"POST" and not path.endswith(b"/pipe") and door.admission.overloaded_at_the_door():
             door.admission.refused_at_the_door()
             whole = _whole_request(data)  # all of it here: keep the connection (no reconnect per 503)
