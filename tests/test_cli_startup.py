@@ -209,3 +209,50 @@ def test_fast_build_starts_at_the_first_healthy_probe_or_after_the_fallback():
         assert time.monotonic() < deadline, "the fallback never started the build"
         time.sleep(0.05)
     assert unprobed.starts == 1
+
+
+def test_a_stopping_server_starts_no_fast_build():
+    """A server told to stop (Ctrl-C) before the fallback fires must not then begin the
+    fastokens build: the build thread is not a daemon, so the process would wait out the
+    whole build (~2.4 s on qwen3) before exiting. Stopping is the lifespan's shutdown (no
+    connection open) or the drain (connections open), whichever comes first."""
+    from types import SimpleNamespace
+
+    from render_service.http.common import AppContext
+    from render_service.serve.config import ServeConfig
+    from render_service.serve.server import build_after_health
+
+    def server():
+        tokenizer = SimpleNamespace(starts=0)
+        tokenizer.start_fast_build = lambda: setattr(tokenizer, "starts", tokenizer.starts + 1)
+        app = Starlette()
+        app.state.ctx = AppContext(bundle=None, config=ServeConfig())
+        build_after_health(app, SimpleNamespace(tokenizer=tokenizer), fallback_s=0.3)
+        return app, tokenizer
+
+    async def lifespan(app) -> None:
+        events = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
+        sent: list[dict] = []
+
+        async def receive() -> dict:
+            return next(events)
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        await app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send)
+        assert [m["type"] for m in sent] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+
+    stopped, stopped_tok = server()
+    asyncio.run(lifespan(stopped))
+    drained, drained_tok = server()
+    drained.state.ctx.drain.draining = True  # Drain.begin, as uvicorn shuts a connection down
+    assert asyncio.run(probe_after(drained.state.ctx)) == 200
+    time.sleep(0.6)
+    assert stopped_tok.starts == 0 and drained_tok.starts == 0
+
+
+async def probe_after(ctx) -> int:
+    status = ctx.probe_status()
+    await asyncio.sleep(0)
+    return status
