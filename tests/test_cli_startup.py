@@ -252,6 +252,37 @@ def test_a_stopping_server_starts_no_fast_build():
     assert stopped_tok.starts == 0 and drained_tok.starts == 0
 
 
+def test_no_fast_build_once_uvicorn_caught_the_signal():
+    """Ctrl-C with no connection open: uvicorn's handler sets ``should_exit`` at once, the
+    lifespan's shutdown comes ~0.3-0.5 s later; a fallback firing between must start nothing."""
+    import signal
+    from types import SimpleNamespace
+
+    from render_service.http.common import AppContext
+    from render_service.serve.config import ServeConfig
+    from render_service.serve.server import build_after_health
+
+    class Server:  # uvicorn.Server's part that matters: handle_exit installed as the handler
+        should_exit = False
+
+        def handle_exit(self, sig, frame) -> None:
+            self.should_exit = True
+
+    server = Server()
+    previous = signal.signal(signal.SIGINT, server.handle_exit)
+    try:
+        tokenizer = SimpleNamespace(starts=0)
+        tokenizer.start_fast_build = lambda: setattr(tokenizer, "starts", tokenizer.starts + 1)
+        app = Starlette()
+        app.state.ctx = AppContext(bundle=None, config=ServeConfig())
+        build_after_health(app, SimpleNamespace(tokenizer=tokenizer), fallback_s=0.3)
+        server.handle_exit(signal.SIGINT, None)
+        time.sleep(0.6)
+        assert tokenizer.starts == 0
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 async def probe_after(ctx) -> int:
     status = ctx.probe_status()
     await asyncio.sleep(0)
