@@ -190,8 +190,9 @@ def test_fast_build_starts_at_the_first_healthy_probe_or_after_the_fallback():
         tokenizer = SimpleNamespace(starts=0)
         tokenizer.start_fast_build = lambda: setattr(tokenizer, "starts", tokenizer.starts + 1)
         ctx = AppContext(bundle=None, config=ServeConfig())
-        build_after_health(SimpleNamespace(state=SimpleNamespace(ctx=ctx)), SimpleNamespace(tokenizer=tokenizer),
-                           fallback_s=fallback_s)
+        app = Starlette()
+        app.state.ctx = ctx
+        build_after_health(app, SimpleNamespace(tokenizer=tokenizer), fallback_s=fallback_s)
         return ctx, tokenizer
 
     async def probe(ctx) -> int:
