@@ -195,5 +195,7 @@ def app_from_env():
     raw = json.loads(os.environ["RENDER_SERVICE_CONFIG"])
     fields = {f.name: f for f in dataclasses.fields(ServeConfig)}
     kwargs = {k: tuple(v) if isinstance(v, list) and k in fields else v for k, v in raw.items() if k in fields}
-    app, _, _ = build_app(ServeConfig(**kwargs))
+    # each worker defers its fastokens build as the single-process server does (see build_after_health)
+    app, bundle, _ = build_app(ServeConfig(**kwargs), fast_build_now=False)
+    build_after_health(app, bundle)
     return app
