@@ -190,8 +190,9 @@ def test_fast_build_starts_at_the_first_healthy_probe_or_after_the_fallback():
         tokenizer = SimpleNamespace(starts=0)
         tokenizer.start_fast_build = lambda: setattr(tokenizer, "starts", tokenizer.starts + 1)
         ctx = AppContext(bundle=None, config=ServeConfig())
-        build_after_health(SimpleNamespace(state=SimpleNamespace(ctx=ctx)), SimpleNamespace(tokenizer=tokenizer),
-                           fallback_s=fallback_s)
+        app = Starlette()
+        app.state.ctx = ctx
+        build_after_health(app, SimpleNamespace(tokenizer=tokenizer), fallback_s=fallback_s)
         return ctx, tokenizer
 
     async def probe(ctx) -> int:
@@ -209,3 +210,100 @@ def test_fast_build_starts_at_the_first_healthy_probe_or_after_the_fallback():
         assert time.monotonic() < deadline, "the fallback never started the build"
         time.sleep(0.05)
     assert unprobed.starts == 1
+
+
+def test_a_stopping_server_starts_no_fast_build():
+    """A server told to stop (Ctrl-C) before the fallback fires must not then begin the
+    fastokens build: the build thread is not a daemon, so the process would wait out the
+    whole build (~2.4 s on qwen3) before exiting. Stopping is the lifespan's shutdown (no
+    connection open) or the drain (connections open), whichever comes first."""
+    from types import SimpleNamespace
+
+    from render_service.http.common import AppContext
+    from render_service.serve.config import ServeConfig
+    from render_service.serve.server import build_after_health
+
+    def server():
+        tokenizer = SimpleNamespace(starts=0)
+        tokenizer.start_fast_build = lambda: setattr(tokenizer, "starts", tokenizer.starts + 1)
+        app = Starlette()
+        app.state.ctx = AppContext(bundle=None, config=ServeConfig())
+        build_after_health(app, SimpleNamespace(tokenizer=tokenizer), fallback_s=0.3)
+        return app, tokenizer
+
+    async def lifespan(app) -> None:
+        events = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
+        sent: list[dict] = []
+
+        async def receive() -> dict:
+            return next(events)
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        await app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send)
+        assert [m["type"] for m in sent] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+
+    stopped, stopped_tok = server()
+    asyncio.run(lifespan(stopped))
+    drained, drained_tok = server()
+    drained.state.ctx.drain.draining = True  # Drain.begin, as uvicorn shuts a connection down
+    assert asyncio.run(probe_after(drained.state.ctx)) == 200
+    time.sleep(0.6)
+    assert stopped_tok.starts == 0 and drained_tok.starts == 0
+
+
+def test_no_fast_build_once_uvicorn_caught_the_signal():
+    """Ctrl-C with no connection open: uvicorn's handler sets ``should_exit`` at once, the
+    lifespan's shutdown comes ~0.3-0.5 s later; a fallback firing between must start nothing."""
+    import signal
+    from types import SimpleNamespace
+
+    from render_service.http.common import AppContext
+    from render_service.serve.config import ServeConfig
+    from render_service.serve.server import build_after_health
+
+    class Server:  # uvicorn.Server's part that matters: handle_exit installed as the handler
+        should_exit = False
+
+        def handle_exit(self, sig, frame) -> None:
+            self.should_exit = True
+
+    server = Server()
+    previous = signal.signal(signal.SIGINT, server.handle_exit)
+    try:
+        tokenizer = SimpleNamespace(starts=0)
+        tokenizer.start_fast_build = lambda: setattr(tokenizer, "starts", tokenizer.starts + 1)
+        app = Starlette()
+        app.state.ctx = AppContext(bundle=None, config=ServeConfig())
+        build_after_health(app, SimpleNamespace(tokenizer=tokenizer), fallback_s=0.3)
+        server.handle_exit(signal.SIGINT, None)
+        time.sleep(0.6)
+        assert tokenizer.starts == 0
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+async def probe_after(ctx) -> int:
+    status = ctx.probe_status()
+    await asyncio.sleep(0)
+    return status
+
+
+@needs_shared
+def test_each_worker_defers_its_fast_build_like_a_single_server(monkeypatch):
+    """``--workers N``: every worker (server.app_from_env) leaves its fastokens build until its
+    first healthy probe or the fallback, as the single-process server does; built at once it
+    took CPU from the worker's own path to ready (both of 2 workers ready 3.5 -> 2.9 s)."""
+    import json as _json
+
+    from render_service.serve import server
+
+    monkeypatch.setenv("RENDER_SERVICE_CONFIG", _json.dumps({"model": str(MODELS / "qwen3")}))
+    monkeypatch.setattr(server.build_after_health, "__defaults__", (60.0,))
+    app = server.app_from_env()
+    tokenizer = app.state.ctx.bundle.tokenizer
+    assert tokenizer._fast_build is not None  # not started yet
+    assert app.state.ctx.on_healthy is not None
+    tokenizer.start_fast_build()  # let the test process end with its build done, not pending
+    assert tokenizer.wait_fast(300)
