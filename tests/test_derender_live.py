@@ -157,3 +157,7 @@ def test_kept_sessions_and_known_fields_are_counted_in_metrics():
     assert value("render_service_derender_live_continued_total") == len(ids) - 1
     assert value('render_service_derender_known_fields_hits_total{field="chat_request"}') == len(ids) - 1
     assert value("render_service_derender_live_streams") == 0  # the stream finished
+    # every series once (both derender routes keep prompt_token_ids: it was listed twice, which a
+    # Prometheus scrape refuses)
+    series = [line.rsplit(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#")]
+    assert sorted(s for s in set(series) if series.count(s) > 1) == []

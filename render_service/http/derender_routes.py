@@ -127,10 +127,13 @@ class _KeptStateCollector:
         kept.add_metric([], len(self.live))
         known = CounterMetricFamily("render_service_derender_known_fields_hits",
                                     "Streamed chunks whose request fields were validated before", labels=["field"])
+        per_field: dict[str, int] = {}  # one sample per field: both routes keep prompt_token_ids
         for body in self.known:
             for field, hits in body.hits.items():
                 fallback = body.fallback if body.fallback is not None and body.fallback.field == field else None
-                known.add_metric([field], hits + (fallback.hits if fallback is not None else 0))
+                per_field[field] = per_field.get(field, 0) + hits + (fallback.hits if fallback is not None else 0)
+        for field, hits in per_field.items():
+            known.add_metric([field], hits)
         yield from (continued, kept, known)
 
 
