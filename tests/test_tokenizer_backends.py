@@ -152,12 +152,11 @@ def test_background_build_serves_hf_until_fastokens_is_proven():
 
 @needs_shared
 def test_deferred_background_build_waits_for_its_start():
-    """The server's path (build_now=False, the serialized spec handed over): HF encodes, and no
-    build runs, until `start_fast_build`; then fastokens, built from that spec, takes over."""
+    """The server's path (build_now=False): HF encodes, and no build runs, until
+    `start_fast_build`; then fastokens takes over."""
     hf = tokenizers.Tokenizer.from_file(str(MODELS / "qwen3" / "tokenizer.json"))
     text = "<|im_start|>user\nnaïve café 東京 12345 def f(x): return x<|im_end|>\n" * 40
-    tt = TextTokenizer.from_hf(hf, backend="auto", name="qwen3", background=True, build_now=False,
-                               spec_json=hf.to_str())
+    tt = TextTokenizer.from_hf(hf, backend="auto", name="qwen3", background=True, build_now=False)
     assert tt.encode(text) == hf.encode(text).ids
     assert not tt.wait_fast(0.5) and tt.backend_name == "hf"  # not started: nothing to wait for yet
     tt.start_fast_build()

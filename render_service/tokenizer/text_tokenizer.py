@@ -45,9 +45,6 @@ class TextTokenizer:
         build_now: with ``background``: False leaves the thread to `start_fast_build` (`serve`
             starts it once it has answered ``/health``: the build, partly holding the GIL,
             delayed that answer by ~0.45 s); HF encodes until then, as during the build.
-        spec_json: ``hf.to_str()`` when the caller already has it (the fast backend is built
-            from it; serializing a large vocabulary holds the GIL ~0.15 s). Otherwise it is
-            made once, by the background build or by the first `spec_digest`, whichever is first.
 
     Raises:
         ValueError: unknown ``backend``; or ``backend="fast"`` and the fast backend is
@@ -56,7 +53,7 @@ class TextTokenizer:
 
     def __init__(self, hf: tokenizers.Tokenizer, backend: str = "hf", *, name: str | None = None,
                  segment_cache_bytes: int | None = None, prefix_cache_bytes: int | None = None,
-                 background: bool = False, build_now: bool = True, spec_json: str | None = None) -> None:
+                 background: bool = False, build_now: bool = True) -> None:
         if backend not in BACKEND_CHOICES:
             raise ValueError(f"unknown tokenizer backend {backend!r} (expected one of {', '.join(BACKEND_CHOICES)})")
         self.hf = hf
@@ -67,7 +64,7 @@ class TextTokenizer:
         self.backend_note = "hf requested"
         self._fast_ready = threading.Event()
         self._fast_ready.set()
-        self._spec_json = spec_json
+        self._spec_json: str | None = None  # hf.to_str(), made once (`_serialized`): ~0.15 s for a large vocabulary
         self._spec_digest: bytes | None = None
         self._spec_lock = threading.Lock()
         self._fast_build: threading.Thread | None = None
@@ -109,7 +106,7 @@ class TextTokenizer:
     @classmethod
     def from_hf(cls, hf: tokenizers.Tokenizer, backend: str = "auto", name: str | None = None,
                 segment_cache_bytes: int | None = None, prefix_cache_bytes: int | None = None,
-                background: bool = False, build_now: bool = True, spec_json: str | None = None) -> "TextTokenizer":
+                background: bool = False, build_now: bool = True) -> "TextTokenizer":
         """The constructor the model loader calls.
 
         ``backend``: ``"auto"`` uses `fastokens` when it is installed and encodes the
@@ -120,12 +117,11 @@ class TextTokenizer:
         see the class doc (None = on for HF, off for `fastokens`); ``prefix_cache_bytes``: see
         the class doc (None = on). ``background`` (with ``"auto"``): return at once encoding
         with HF, and build and check `fastokens` in a thread, switching to it once proven equal
-        (`wait_fast` waits for that); the server's start-up takes this path. ``build_now``
-        and ``spec_json``: see the class doc.
+        (`wait_fast` waits for that); the server's start-up takes this path. ``build_now``:
+        see the class doc.
         """
         return cls(hf, backend, name=name, segment_cache_bytes=segment_cache_bytes,
-                   prefix_cache_bytes=prefix_cache_bytes, background=background, build_now=build_now,
-                   spec_json=spec_json)
+                   prefix_cache_bytes=prefix_cache_bytes, background=background, build_now=build_now)
 
     def spec_digest(self) -> bytes:
         """SHA-256 of ``hf.to_str()`` (the serialized tokenizer: what `ModelBundle.fingerprint`
@@ -137,7 +133,7 @@ class TextTokenizer:
         """``hf.to_str()`` while no backend has been built from it yet (then None); sets the digest."""
         with self._spec_lock:
             if self._spec_digest is None:
-                self._spec_json = self._spec_json or self.hf.to_str()
+                self._spec_json = self.hf.to_str()
                 self._spec_digest = hashlib.sha256(self._spec_json.encode()).digest()
             return self._spec_json
 
