@@ -32,7 +32,7 @@ from ..wire.derender import (DerenderChatRequest, DerenderChatStreamRequest, Der
                              DerenderCompletionStreamRequest)
 from ..wire.generate import GenChoice, GenerateResponse
 from .live import LiveStreams
-from .state import StateCodec
+from .state import StateCodec, check_secret
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class Derenderer:
         self.bundle = bundle
         self.config = config
         self.tok = bundle.tokenizer
-        StateCodec("", config.stream_state_secret)  # a short secret raises its ValueError here, not on a stream
+        check_secret(config.stream_state_secret)  # a short secret raises here, not on a stream's first chunk
         self.live = LiveStreams()
 
     @cached_property

@@ -84,6 +84,14 @@ def random_secret() -> str:
     return secrets.token_hex(32)
 
 
+def check_secret(secret: str | None) -> None:
+    """Raise ``ValueError`` for an operator secret shorter than `MIN_SECRET_CHARS` (None: the
+    process's random key, fine)."""
+    if secret is not None and len(secret) < MIN_SECRET_CHARS:
+        raise ValueError(f"the stream-state secret must be at least {MIN_SECRET_CHARS} characters "
+                         "(e.g. `openssl rand -hex 32`)")
+
+
 class StateCodec:
     """Seal and open ``stream_state`` values for one model.
 
@@ -96,9 +104,7 @@ class StateCodec:
     """
 
     def __init__(self, fingerprint: str, secret: str | None = None) -> None:
-        if secret is not None and len(secret) < MIN_SECRET_CHARS:
-            raise ValueError(f"the stream-state secret must be at least {MIN_SECRET_CHARS} characters "
-                             "(e.g. `openssl rand -hex 32`)")
+        check_secret(secret)
         self.fp = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
         material = b"render-service stream_state\0" + (secret or _PROCESS_SECRET).encode() + b"\0" + fingerprint.encode()
         self._key = hashlib.sha256(material).digest()
