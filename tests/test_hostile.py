@@ -639,12 +639,11 @@ def test_requests_past_the_in_flight_bound_are_refused_at_the_door():
 def test_prompt_longer_than_the_context_can_hold_is_refused_before_tokenizing(smol_url, monkeypatch):
     """vLLM refuses text past max_model_len x the longest token before tokenizing; a
     16 M-character prompt used to be tokenized first (8.4 s, 531 MB)."""
-    from render_service.render.request import max_chars_per_token
     from render_service.serve.server import load_bundle
     from render_service.serve.config import ServeConfig
 
     bundle = load_bundle(ServeConfig())
-    limit = bundle.max_model_len * max_chars_per_token(bundle.tokenizer)
+    limit = bundle.max_model_len * bundle.tokenizer.max_token_chars
     text = "a" * (limit + 1)
     for route, body in (("/v1/completions/render", {"prompt": text}), ("/tokenize", {"prompt": text}),
                         ("/v1/chat/completions/render", {"messages": [{"role": "user", "content": text}]})):

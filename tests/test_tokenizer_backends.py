@@ -159,10 +159,13 @@ def test_deferred_background_build_waits_for_its_start():
     tt = TextTokenizer.from_hf(hf, backend="auto", name="qwen3", background=True, build_now=False)
     assert tt.encode(text) == hf.encode(text).ids
     assert not tt.wait_fast(0.5) and tt.backend_name == "hf"  # not started: nothing to wait for yet
+    assert "max_token_chars" not in vars(tt)  # not computed yet either
     tt.start_fast_build()
     tt.start_fast_build()  # a second call starts nothing more
     assert tt.wait_fast(300) and tt.backend_name == "fastokens", tt.backend_note
     assert tt.encode(text) == hf.encode(text).ids
+    # the build also measured the longest token (the prompt-length check's bound), off the first request's path
+    assert vars(tt)["max_token_chars"] == max(len(t) for t in hf.get_vocab()) == 128
 
 
 @needs_shared

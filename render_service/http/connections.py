@@ -108,15 +108,18 @@ class _HeadWithBody:
         self._loop = loop
 
     def write(self, data: bytes) -> None:
-        if self._held is not None:
-            data, self._held = self._held + data, None
-        elif not self._spent:
+        held = self._held
+        if held is None and not self._spent:
             self._spent = True
             self._held = data
             self._loop.call_soon(self.flush)
             return
         try:
-            self._transport.write(data)
+            if held is None:
+                self._transport.write(data)
+            else:  # one writev (uvloop), not a copy of a body of up to megabytes behind the head
+                self._held = None
+                self._transport.writelines((held, data))
         except RuntimeError:  # uvloop's "the handler is closed": the client left before connection_lost ran
             if not self._transport.is_closing():
                 raise  # (asyncio's transports drop a write after close; so do we)

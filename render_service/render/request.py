@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 from typing import Any
 
@@ -169,13 +168,6 @@ def generate_request(
     }
 
 
-@functools.lru_cache(maxsize=8)
-def max_chars_per_token(tokenizer: Any) -> int:
-    """Longest token string of the vocabulary, in characters (vLLM's
-    ``tokenizer.max_chars_per_token``: ``max(len(tok) for tok in get_vocab())``)."""
-    return max((len(tok) for tok in tokenizer.hf.get_vocab()), default=1)
-
-
 def check_prompt_chars(bundle: ModelBundle, text: str, truncate_prompt_tokens: int | None,
                        truncation_side: str | None = None) -> str:
     """vLLM's check before tokenizing: a prompt longer than ``max_model_len`` tokens of the
@@ -186,7 +178,7 @@ def check_prompt_chars(bundle: ModelBundle, text: str, truncate_prompt_tokens: i
     Raises:
         OpenAIError: 400 with param ``input_text``.
     """
-    limit = bundle.max_model_len * max_chars_per_token(bundle.tokenizer)
+    limit = bundle.max_model_len * bundle.tokenizer.max_token_chars
     if len(text) <= limit:
         return text
     if truncate_prompt_tokens is None:
