@@ -135,6 +135,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(stream-derender default 1600, derender 400)")
     g.add_argument("--max-tokens", type=_positive(int), default=64, help="four-hop: max_tokens (default 64)")
     g.add_argument("--stream", action="store_true", help="four-hop: stream the chat completions")
+    g.add_argument("--tools", action="store_true", help="four-hop: bring the coding-agent tools (the driver needs "
+                   "--tool-call-parser and --enable-auto-tool-choice)")
     g = p.add_argument_group("regress: `render-service bench regress --baseline REF` (HEAD's server CPU per "
                              "request against REF's; bench/regress.py)")
     g.add_argument("--head", metavar="REF", help="the version under test (default: this working tree)")

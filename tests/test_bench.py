@@ -17,7 +17,7 @@ import pytest
 from bench.stats import latency_summary, percentile, slo_capacity
 from bench.targets import TargetError, check_url, spawn_args
 from render_service.serve.cli import main
-from conftest import MODELS, free_port, needs_shared, render_server, serve_app
+from conftest import MODELS, REPO, free_port, needs_shared, render_server, serve_app
 
 QWEN = MODELS / "qwen3"
 PARSERS = dict(reasoning_parser="qwen3", tool_call_parser="hermes", enable_auto_tool_choice=True)
@@ -263,16 +263,12 @@ def test_four_hop_through_the_driver(tmp_path, stream):
     cfg = ServeConfig(model=str(QWEN), **PARSERS)
     bundle = load_bundle(cfg)
     cfg = resolve_parsers(cfg, bundle)
-    tok = bundle.tokenizer
-    text = ('<think>\nThe user wants the loader fixed; I read it first.\n</think>\n\n<tool_call>\n'
-            '{"name": "read_file", "arguments": {"path": "src/loader.py"}}\n</tool_call>')
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({"responses": [{"token_ids": tok.encode(text) + [tok.token_to_id("<|im_end|>")]}]}))
+    script = REPO / "bench" / "four_hop_script.json"  # bench/README.md's example replays it
     with EngineProcess("--scripted", str(script), role="prefill") as p, \
             EngineProcess("--scripted", str(script), role="decode") as d:
         driver = Driver(DriverConfig(prefill=(p.url,), decode=(d.url,), serve=cfg), bundle)
         with serve_app(create_app(driver)) as url:
-            rc = bench("four-hop", "--target", url, "--tokenizer", str(QWEN), "--prompt-tokens", "200",
+            rc = bench("four-hop", "--target", url, "--tokenizer", str(QWEN), "--prompt-tokens", "200", "--tools",
                        "--max-requests", "6", "--duration", "30", "--out", str(tmp_path / "out"),
                        *(["--stream"] if stream else []), *QUICK)
     assert rc == 0
@@ -281,6 +277,37 @@ def test_four_hop_through_the_driver(tmp_path, stream):
     assert (run["issued"], run["ok"]) == (6, 6)
     assert run["extra"]["finish_reasons"] == {"tool_calls": 6}
     assert (run["extra"]["ttft_p50_ms"] is not None) == stream
+
+
+def test_four_hop_against_the_driver_as_the_docs_start_it(tmp_path):
+    """docs/driver.md starts `drive` on the embedded model with no tool parser; `bench
+    four-hop` against it failed 6/6 with the auto tool-choice 400 (it always sent tools).
+    Tools are now `--tools`; by default the run goes through."""
+    from render_service.driver.app import create_app
+    from render_service.driver.config import DriverConfig
+    from render_service.driver.flow import Driver
+    from render_service.serve.config import ServeConfig
+    from render_service.serve.server import load_bundle
+    from reference_engine.testing import EngineProcess
+
+    cfg = ServeConfig()
+    bundle = load_bundle(cfg)
+    tok = bundle.tokenizer
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": [{"token_ids": tok.encode("It is 4.") + [tok.token_to_id("<|im_end|>")]}]}))
+    with EngineProcess("--scripted", str(script), role="prefill") as p, \
+            EngineProcess("--scripted", str(script), role="decode") as d:
+        with serve_app(create_app(Driver(DriverConfig(prefill=(p.url,), decode=(d.url,), serve=cfg), bundle))) as url:
+            rc = bench("four-hop", "--target", url, "--prompt-tokens", "100", "--max-requests", "6",
+                       "--duration", "30", "--out", str(tmp_path / "out"), *QUICK)
+            bench("four-hop", "--target", url, "--prompt-tokens", "100", "--max-requests", "2",
+                               "--duration", "30", "--tools", "--out", str(tmp_path / "tools"), *QUICK)
+    assert rc == 0
+    run = load_results(tmp_path / "out")["workloads"][0]["runs"][0]
+    assert (run["issued"], run["ok"]) == (6, 6), run
+    assert run["extra"]["finish_reasons"] == {"stop": 6}
+    tools_run = load_results(tmp_path / "tools")["workloads"][0]["runs"][0]  # asked for: the driver's 400, counted
+    assert tools_run["ok"] == 0 and tools_run["errors"], tools_run
 
 
 def test_out_without_matplotlib_refused_before_measuring(monkeypatch, tmp_path, capsys):

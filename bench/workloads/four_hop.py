@@ -3,9 +3,11 @@ derender behind ``POST /v1/chat/completions``, e.g. ``render-service drive``).
 
 The target is the driver, not a render server: the figure is what a client sees end to
 end. Each request is a system prompt + a unique user message of exactly ``prompt_tokens``
-tokens (real code and a question) with the coding-agent tools; ``max_tokens`` bounds the
-output. With ``stream`` the response is read as server-sent events and time to first
-event is recorded too.
+tokens (real code and a question); ``max_tokens`` bounds the output. With ``tools`` it
+brings the coding-agent tools too, which a driver answers only when started with a tool
+parser and ``--enable-auto-tool-choice`` (vLLM's 400 otherwise), so the default sends none:
+the driver as docs/driver.md starts it has no tool parser. With ``stream`` the response is
+read as server-sent events and time to first event is recorded too.
 """
 
 from __future__ import annotations
@@ -38,14 +40,16 @@ class FourHop(Workload):
     name = "four-hop"
     target_kind = "openai"
 
-    def __init__(self, prompt_tokens: int = 512, max_tokens: int = 64, stream: bool = False, seed: int = 0) -> None:
+    def __init__(self, prompt_tokens: int = 512, max_tokens: int = 64, stream: bool = False, seed: int = 0,
+                 tools: bool = False) -> None:
         self.prompt_tokens, self.max_tokens, self.stream, self.seed = prompt_tokens, max_tokens, stream, seed
+        self.tools = tools
         self.prompts: ExactPrompts | None = None
         self.model: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "FourHop":
-        return cls(args.prompt_tokens or 512, args.max_tokens, args.stream, args.seed)
+        return cls(args.prompt_tokens or 512, args.max_tokens, args.stream, args.seed, args.tools)
 
     def prepare(self, probe: Probe) -> None:
         self.model = probe.model
@@ -54,7 +58,9 @@ class FourHop(Workload):
     def session(self, index: int) -> Session:
         body = {"messages": [{"role": "system", "content": corpus.SYSTEM_PROMPT},
                              {"role": "user", "content": self.prompts.text(index)}],
-                "tools": corpus.TOOLS, "max_tokens": self.max_tokens}
+                "max_tokens": self.max_tokens}
+        if self.tools:
+            body["tools"] = corpus.TOOLS
         if self.stream:
             body.update(stream=True, stream_options={"include_usage": True})
         check = _check_events if self.stream else _check_completion
@@ -62,7 +68,7 @@ class FourHop(Workload):
 
     def params(self) -> dict:
         return {"user_message_tokens": self.prompts.tokens if self.prompts else self.prompt_tokens,
-                "max_tokens": self.max_tokens, "stream": self.stream}
+                "max_tokens": self.max_tokens, "stream": self.stream, "tools": self.tools}
 
     def context_tokens(self) -> int:
         return self.prompt_tokens + self.max_tokens + 1024
