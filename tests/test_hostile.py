@@ -865,6 +865,33 @@ def test_admission_refuses_past_the_queue_delay_and_measures_saturation():
     asyncio.run(main())
 
 
+def test_saturation_is_0_when_nothing_waited_behind_a_late_loop():
+    """An idle server read a saturation of 0.11-0.33 for ten seconds after a request: the
+    loop's timer ran late during the request's own work (a first render compiling its
+    template) or a stall no request waited on, and that lateness counted as queue delay.
+    It counts only while more than one request is in flight (deploy/README: 0 when idle)."""
+    import asyncio
+    import time
+
+    from render_service.http.admission import Admission
+
+    async def main() -> None:
+        gate = Admission(capacity=1, max_queue_delay=1.0)
+        gate.overloaded_at_the_door()  # starts the loop's watch, as the first request does
+        await asyncio.sleep(0.1)
+        for inflight in (0, 1):
+            gate.inflight = inflight
+            time.sleep(0.3)  # the loop stalls: no tick for 0.3 s
+            await asyncio.sleep(0.1)
+            assert gate.saturation() == 0.0, (inflight, gate.saturation())
+        gate.inflight = 2  # a second request waited behind the stall: a queue delay
+        time.sleep(0.3)
+        await asyncio.sleep(0.1)
+        assert gate.saturation() >= 0.2
+
+    asyncio.run(main())
+
+
 def _saturated(app, run_time: float = 10.0):
     """Occupy every thread of ``app``'s CPU pool; steps are taken to last ``run_time`` s.
     Returns the event that frees them."""

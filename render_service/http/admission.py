@@ -275,7 +275,8 @@ class Admission:
     def _watch_loop(self, period: float = 0.05) -> None:
         """Measure the event loop's lag: a timer every ``period`` s notes how late it ran.
         Work queued on the loop itself (parsing, validation) is invisible to the pool's
-        queue; its lag is the same delay seen from the loop."""
+        queue; its lag is the same delay seen from the loop, and counts in the queue delay
+        gauge while more than one request is in flight (someone waited on it)."""
         if self._watching:
             return
         self._watching = True
@@ -285,7 +286,10 @@ class Admission:
             now = loop.time()
             late = max(0.0, now - expected)
             self.loop_lag = late if late > self.loop_lag else 0.8 * self.loop_lag + 0.2 * late
-            if late > 0.001:
+            if late > 0.001 and self.inflight > 1:
+                # a queue delay only when a request could wait behind the loop: with one in flight
+                # the late tick is its own work (a first render compiling its template: ~0.2 s) or
+                # a stall nobody waited on (GC, a starved machine), and an idle server read 0.1-0.3
                 self._delays.append((time.monotonic(), late))
             self._adapt(late, period)
             loop.call_at(now + period, tick, now + period)
