@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validat
 
 from .. import policy
 from .limits import MAX_MESSAGES, LogitBias, PassThrough, RequestId, StopStrings, bounded_list, fail_fast_list
-from .validate import check_types
+from .validate import FieldError, check_types
 
 
 
@@ -330,14 +330,15 @@ def check_tools(tools: list | None) -> None:
         ValueError: naming the first bad entry.
     """
     if tools is not None and not tools:
-        raise ValueError("tools must not be an empty list; omit it instead")
+        raise FieldError("tools must not be an empty list; omit it instead", "tools")
     for i, tool in enumerate(tools or []):
         function = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(function, dict) or tool.get("type", "function") != "function":
-            raise ValueError(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}")
+            raise FieldError(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}", f"tools[{i}]")
         if not isinstance(function.get("name"), str) or not function["name"]:
-            raise ValueError(f"tools[{i}].function.name must be a non-empty string")
+            raise FieldError(f"tools[{i}].function.name must be a non-empty string", f"tools[{i}].function.name")
         if function.get("parameters") is not None and not isinstance(function["parameters"], dict):
-            raise ValueError(f"tools[{i}].function.parameters must be a JSON Schema object")
+            raise FieldError(f"tools[{i}].function.parameters must be a JSON Schema object",
+                             f"tools[{i}].function.parameters")
         check_types(tool, _TOOL_TYPES, f"tools[{i}]")
         check_types(function, _TOOL_FUNCTION_TYPES, f"tools[{i}].function")

@@ -19,6 +19,21 @@ MAX_ERRORS_LISTED = 5
 """Validation errors a 400's message lists; the rest are counted, not listed."""
 
 
+class FieldError(ValueError):
+    """A validator's ValueError that names the field at fault below where the validator runs
+    (a model validator's errors have no location of their own, so ``param`` was null).
+
+    Args:
+        message: the error, for the 400's message.
+        where: the field's path from the body's root, dotted or with ``[i]`` indexes
+            (``tools[0].function.name``); it becomes the 400's ``param`` (``tools.0.function.name``).
+    """
+
+    def __init__(self, message: str, where: str) -> None:
+        super().__init__(message)
+        self.path = where.replace("[", ".").replace("]", "")
+
+
 def validate(model: type[M], data: Any) -> M:
     """Validate ``data`` into ``model``.
 
@@ -35,11 +50,22 @@ def validate(model: type[M], data: Any) -> M:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:
         errors = exc.errors(include_url=False, include_context=False, include_input=False)
-        param = field_path(errors[0]["loc"]) or None
+        param = _param(exc, errors[0]) or None
         listed = "; ".join(f"{field_path(e['loc']) or 'body'}: {_message(model, e)}"
                            for e in errors[:MAX_ERRORS_LISTED])
         more = f"; and {len(errors) - MAX_ERRORS_LISTED} more" if len(errors) > MAX_ERRORS_LISTED else ""
         raise bad_request(f"{len(errors)} validation error(s): {listed}{more}", param=param) from None
+
+
+def _param(exc: pydantic.ValidationError, first: dict) -> str:
+    """The first error's field path, or the deeper one its `FieldError` names."""
+    path = field_path(first["loc"])
+    if first["type"] != "value_error":
+        return path
+    cause = (exc.errors(include_url=False, include_input=False)[0].get("ctx") or {}).get("error")
+    if not isinstance(cause, FieldError):
+        return path
+    return cause.path if not path or cause.path.startswith(path) else f"{path}.{cause.path}"
 
 
 _UNION_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "none", "bytes", "any"})
@@ -53,7 +79,7 @@ def field_path(loc: tuple) -> str:
 
 
 def check_types(obj: dict, types: dict[str, Any], where: str) -> None:
-    """Raise ValueError for the first field of ``obj`` that is present, not null, and not of
+    """Raise `FieldError` (a ValueError naming ``where.key``) for the first field of ``obj`` that is present, not null, and not of
     its type in ``types``: a type or a tuple of types (a boolean is no ``int``), or a
     frozenset of the strings allowed (an enum). For the plain-dict parts of a body (items,
     messages, tools) that the models keep as data; the tables are vLLM 0.33's types, from
@@ -64,12 +90,12 @@ def check_types(obj: dict, types: dict[str, Any], where: str) -> None:
             continue
         if isinstance(kind, frozenset):
             if not (isinstance(value, str) and value in kind):
-                raise ValueError(f"{where}.{key} must be one of {', '.join(sorted(kind))}")
+                raise FieldError(f"{where}.{key} must be one of {', '.join(sorted(kind))}", f"{where}.{key}")
             continue
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             names = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
-            raise ValueError(f"{where}.{key} must be {names}")
+            raise FieldError(f"{where}.{key} must be {names}", f"{where}.{key}")
 
 
 _TYPE_NAMES = {str: "a string", bool: "a boolean", int: "an integer", float: "a number", dict: "an object",

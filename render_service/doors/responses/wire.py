@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from ...wire.limits import (MAX_MESSAGES, LogitBias, PassThrough, RequestId, StopStrings, bounded_list,
                             fail_fast_list)
 from ...wire.openai import VllmTypedFields
-from ...wire.validate import check_types
+from ...wire.validate import FieldError, check_types
 from ..wire import derender_bodies
 
 
@@ -143,7 +143,7 @@ class ResponsesRequest(VllmTypedFields):
                 raise ValueError(f"tools[{i}].type must be one of {', '.join(sorted(_TOOL_KINDS))}")
             if tool["type"] == "function":
                 if not isinstance(tool.get("name"), str) or not tool["name"]:
-                    raise ValueError(f"tools[{i}].name must be a non-empty string")
+                    raise FieldError(f"tools[{i}].name must be a non-empty string", f"tools[{i}].name")
                 check_types(tool, _FUNCTION_TOOL_TYPES, f"tools[{i}]")
                 if tool.get("parameters") is not None and not isinstance(tool["parameters"], dict):
                     raise ValueError(f"tools[{i}].parameters must be a JSON Schema object")
