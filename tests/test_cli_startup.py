@@ -135,12 +135,20 @@ def test_auto_tool_choice_without_a_parser_is_refused_before_the_model_loads(tmp
     # one line: refused before anything tried to load the model, and before any start-up chatter
 
 
-def test_a_wrong_serve_flag_shows_serves_usage():
-    done = subprocess.run([sys.executable, "-m", "render_service.serve.cli", "serve", "--no-such-flag"],
+@pytest.mark.parametrize("argv, says", [
+    (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["--port", "abc"], "argument --port: not a whole number: 'abc'"),
+    (["--workers", "0"], "must be at least 1, got 0"),
+    (["--default-chat-template-kwargs", "{x"], "argument --default-chat-template-kwargs: not valid JSON"),
+    (["--config", "/nope.yaml"], "--config /nope.yaml: cannot read it"),
+])
+def test_a_wrong_serve_flag_is_one_line(argv, says):
+    """Refused as `--chat-template /nonexistent` is: one line naming the flag (the 70-line usage came first)."""
+    done = subprocess.run([sys.executable, "-m", "render_service.serve.cli", "serve", *argv],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 2
-    assert done.stderr.startswith("usage: render-service serve ")
-    assert done.stderr.strip().endswith("render-service serve: error: unrecognized arguments: --no-such-flag")
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("render-service serve: error: ") and says in done.stderr, done.stderr
 
 
 def test_a_tool_parser_without_auto_tool_choice_warns(caplog):

@@ -27,6 +27,15 @@ _SUBCOMMANDS = {
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``PROG: error: MESSAGE``, exit 2), like
+    the start-up checks' refusals: the 70-line usage of ``serve`` buried the message. The
+    subcommands' parsers are of this class too (argparse makes them of their parent's)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows ``(default: …)`` only for real values: not for flags that are off, nor for
     options whose default the help text already explains (``--model``)."""
@@ -296,8 +305,8 @@ def _subcommand_module(name: str):
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``render-service`` console script."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="render-service", description="CPU front tier for disaggregated LLM serving",
-                                     allow_abbrev=False)
+    parser = Parser(prog="render-service", description="CPU front tier for disaggregated LLM serving",
+                    allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"render-service {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(sub)
