@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import subprocess
 import sys
 import threading
@@ -149,6 +150,22 @@ def test_a_wrong_serve_flag_is_one_line(argv, says):
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert done.stderr.startswith("render-service serve: error: ") and says in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_model_loads_exits_quietly(signum):
+    """Ctrl-C in the first seconds of `serve` printed a KeyboardInterrupt traceback and died by
+    signal (SIGTERM: died by signal); now exit 128 + signal, nothing on stderr. The signal is
+    sent from inside the model load, so it lands there whatever the box's speed."""
+    code = ("import os, signal, sys, time\nfrom render_service.serve import cli, server\n"
+            "def load(*a, **k):\n"
+            f"    os.kill(os.getpid(), {int(signum)})\n"
+            "    time.sleep(30)\n"
+            "server.load_bundle = load\n"
+            f"sys.exit(cli.main(['serve', '--host', '127.0.0.1', '--port', '{free_port()}']))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 128 + signum, done.stderr
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr
 
 
 def test_a_tool_parser_without_auto_tool_choice_warns(caplog):
