@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -166,6 +168,39 @@ def test_a_signal_while_the_model_loads_exits_quietly(signum):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 128 + signum, done.stderr
     assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["drive", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:2"],
+    ["engine", "--scripted", "s.json"],
+    ["serve"],
+])
+def test_a_taken_port_is_refused_before_the_model_loads(argv, tmp_path):
+    """`drive` and `engine` logged "driving … on" / "… engine … on", loaded, then died on uvicorn's
+    Errno 98 (exit 3); now they refuse in one line first, as `serve` does."""
+    (tmp_path / "s.json").write_text('{"responses": [{"token_ids": [1, 2]}]}')
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "render_service.serve.cli", *argv, "--host", "127.0.0.1",
+                               "--port", str(port)], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (f"render-service{'' if argv[0] == 'serve' else ' ' + argv[0]}: error: cannot "
+                                   f"listen on 127.0.0.1:{port}: Address already in use (is another server running "
+                                   "there?)"), done.stderr
+
+
+@pytest.mark.parametrize("host, says", [("999.1.1.1", "not a valid address"),
+                                        ("192.0.2.1", "no network interface of this machine has that address")])
+def test_a_host_that_cannot_be_listened_on_is_named(host, says):
+    """`--host 999.1.1.1` asked "is another server running there?"."""
+    done = subprocess.run([sys.executable, "-m", "render_service.serve.cli", "serve", "--host", host,
+                           "--port", str(free_port())], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith(f"render-service: error: --host {host}: {says}"), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "another server" not in done.stderr
 
 
 def test_a_tool_parser_without_auto_tool_choice_warns(caplog):
