@@ -243,7 +243,7 @@ def test_fast_build_starts_at_the_first_healthy_probe_or_after_the_fallback():
     from types import SimpleNamespace
 
     from render_service.http.common import AppContext
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import build_after_health
 
     def server(fallback_s: float):
@@ -280,7 +280,7 @@ def test_a_stopping_server_starts_no_fast_build():
     from types import SimpleNamespace
 
     from render_service.http.common import AppContext
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import build_after_health
 
     def server():
@@ -320,7 +320,7 @@ def test_no_fast_build_once_uvicorn_caught_the_signal():
     from types import SimpleNamespace
 
     from render_service.http.common import AppContext
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import build_after_health
 
     class Server:  # uvicorn.Server's part that matters: handle_exit installed as the handler

@@ -160,6 +160,6 @@ def test_the_memory_limit_fits_the_workers_and_their_media_cache():
 
 def test_the_memory_check_can_fail():
     """The sum above with the defaults (4 GiB media cache per worker) does not fit 4 GiB."""
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
 
     assert 4 < 2 * (ServeConfig().mm_processor_cache_gb + WORKER_BASELINE_GIB)

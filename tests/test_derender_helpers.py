@@ -29,7 +29,7 @@ def bundle(name: str) -> Any:
 @contextlib.contextmanager
 def derender_server(model: str, **config: Any) -> Iterator[str]:
     """A real server on loopback: `create_app` with the real parsers."""
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.http.app import create_app
 
     app = create_app(bundle(model), ServeConfig(model=str(MODELS / model), **config))

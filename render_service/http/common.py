@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..serve.config import ServeConfig
+from ..config.serve import ServeConfig
 from ..errors import OpenAIError, bad_request
 from ..wire.validate import validate  # noqa: F401  (routes import it from here)
 from ..tokenizer.budget import ENCODE_BUDGET, OverBudget

@@ -89,7 +89,7 @@ def port_type(value: str) -> int:
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """The model flags ``serve`` and ``drive`` share (read back by `serve_config_from_args`)."""
-    from .config import ServeConfig  # imported once a parser is built: see main
+    from ..config.serve import ServeConfig  # imported once a parser is built: see main
     from .launch_compat import json_object
     p.add_argument("--model", default=None,
                    help="HF tokenizer dir, .gguf file or hub id (default: embedded SmolLM2-135M-Instruct GGUF)")
@@ -116,7 +116,7 @@ def add_log_level_argument(p: argparse.ArgumentParser, default: str) -> None:
 
 def serve_config_from_args(args: argparse.Namespace, **overrides):
     """`ServeConfig` from the `add_model_arguments` flags; ``overrides`` set the other fields."""
-    from .config import ServeConfig  # imported once a parser is built: see main
+    from ..config.serve import ServeConfig  # imported once a parser is built: see main
 
     return ServeConfig(**{
         "model": args.model,
@@ -134,7 +134,7 @@ def serve_config_from_args(args: argparse.Namespace, **overrides):
 
 def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     """The ``serve`` subcommand."""
-    from .config import ServeConfig  # imported once a parser is built: see main
+    from ..config.serve import ServeConfig  # imported once a parser is built: see main
     p = subparsers.add_parser(
         "serve", help="run the render/derender server",
         description="Serve render (OpenAI request -> prompt token ids) and derender (engine token ids -> "
@@ -270,7 +270,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def add_connection_arguments(p: argparse.ArgumentParser) -> None:
     """Connection hygiene flags shared by ``serve`` and ``drive`` (see `render_service.http.connections`)."""
-    from .config import ServeConfig  # imported once a parser is built: see main
+    from ..config.serve import ServeConfig  # imported once a parser is built: see main
     p.add_argument("--timeout-keep-alive", type=_positive, default=5,
                    help="seconds a connection may go without a complete request head (after accept or a response) "
                         "before it is closed; with TLS, also the most its handshake may take")

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .config import ServeConfig
+from ..config.serve import ServeConfig
 from .preflight import StartupCheckError, check_port
 from .vllm_flags import NO_MEANING_HERE, NOT_SERVED, VLLM_LAUNCH_RENDER_OPTIONS
 
