@@ -383,9 +383,9 @@ async def generate(request: Request) -> Response:
 async def abort_requests(request: Request) -> Response:
     engine: Engine = request.app.state.engine
     try:
-        body = orjson.loads(await request.body())
-    except orjson.JSONDecodeError:
-        return error_response(bad_request("Request body is not valid JSON", param="body"))
+        body = await read_json(request, engine.config.max_body_bytes)
+    except OpenAIError as err:
+        return error_response(err)
     ids = body.get("request_ids") if isinstance(body, dict) else None
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         return error_response(bad_request("request_ids must be a list of strings", param="request_ids"))
