@@ -91,7 +91,7 @@ def main() -> None:
     ap.add_argument("--profile")
     args = ap.parse_args()
 
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import build_app
 
     app, _, _ = build_app(ServeConfig(model=str(MODEL), max_model_len=262144, reasoning_parser="qwen3",

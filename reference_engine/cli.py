@@ -88,10 +88,13 @@ def run(args: argparse.Namespace) -> int:
     (2 for bad flags, a missing model or a bad script)."""
     import uvicorn
 
+    from render_service.serve.preflight import check_port
+
     try:
         config = config_from_args(args)
+        check_port(config.host, config.port)  # before the model loads, as `serve`
         backend = build_backend(args)
-    except (ValueError, RuntimeError, OSError) as exc:
+    except (ValueError, RuntimeError, OSError) as exc:  # StartupCheckError is a RuntimeError
         print(f"render-service engine: error: {exc}", file=sys.stderr)
         return 2
     app = create_app(backend, config)

@@ -13,7 +13,7 @@ from .errors import bad_request
 
 
 class ServeConfig(Protocol):
-    """The server settings these rules read (`render_service.serve.config.ServeConfig` has
+    """The server settings these rules read (`render_service.config.serve.ServeConfig` has
     them): a protocol, so this bottom-layer module imports nothing above it."""
 
     reasoning_parser: str | None

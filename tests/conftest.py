@@ -85,7 +85,7 @@ def serve_app(app, *, port: int | None = None, **options) -> Iterator[str]:
 def qwen3_hermes():
     """Qwen3's tokenizer and template with the qwen3 reasoning and hermes tool parsers, resolved
     as ``serve`` resolves them: ``(ModelBundle, ServeConfig)``. Needs ../shared."""
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import load_bundle, resolve_parsers
 
     cfg = ServeConfig(model=str(MODELS / "qwen3"), reasoning_parser="qwen3", tool_call_parser="hermes",
@@ -97,7 +97,7 @@ def qwen3_hermes():
 @contextlib.contextmanager
 def render_server(model: str | None = None, **config) -> Iterator[str]:
     """A real render server (our `create_app`) for ``model`` on loopback; yields its URL."""
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import build_app
 
     app, _, _ = build_app(ServeConfig(model=model, **config))

@@ -154,7 +154,7 @@ class FlakyDerender:
 
 @needs_shared
 def test_error_accounting_is_exact(tmp_path, capsys):
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import build_app
 
     app, _, _ = build_app(ServeConfig(model=str(QWEN), **PARSERS))
@@ -258,7 +258,7 @@ def test_four_hop_through_the_driver(tmp_path, stream):
     from render_service.driver.flow import Driver
     from reference_engine.testing import EngineProcess
     from render_service.serve.server import load_bundle, resolve_parsers
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
 
     cfg = ServeConfig(model=str(QWEN), **PARSERS)
     bundle = load_bundle(cfg)

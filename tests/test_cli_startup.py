@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -135,12 +138,69 @@ def test_auto_tool_choice_without_a_parser_is_refused_before_the_model_loads(tmp
     # one line: refused before anything tried to load the model, and before any start-up chatter
 
 
-def test_a_wrong_serve_flag_shows_serves_usage():
-    done = subprocess.run([sys.executable, "-m", "render_service.serve.cli", "serve", "--no-such-flag"],
+@pytest.mark.parametrize("argv, says", [
+    (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["--port", "abc"], "argument --port: not a whole number: 'abc'"),
+    (["--workers", "0"], "must be at least 1, got 0"),
+    (["--default-chat-template-kwargs", "{x"], "argument --default-chat-template-kwargs: not valid JSON"),
+    (["--config", "/nope.yaml"], "--config /nope.yaml: cannot read it"),
+])
+def test_a_wrong_serve_flag_is_one_line(argv, says):
+    """Refused as `--chat-template /nonexistent` is: one line naming the flag (the 70-line usage came first)."""
+    done = subprocess.run([sys.executable, "-m", "render_service.serve.cli", "serve", *argv],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 2
-    assert done.stderr.startswith("usage: render-service serve ")
-    assert done.stderr.strip().endswith("render-service serve: error: unrecognized arguments: --no-such-flag")
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("render-service serve: error: ") and says in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_model_loads_exits_quietly(signum):
+    """Ctrl-C in the first seconds of `serve` printed a KeyboardInterrupt traceback and died by
+    signal (SIGTERM: died by signal); now exit 128 + signal, nothing on stderr. The signal is
+    sent from inside the model load, so it lands there whatever the box's speed."""
+    code = ("import os, signal, sys, time\nfrom render_service.serve import cli, server\n"
+            "def load(*a, **k):\n"
+            f"    os.kill(os.getpid(), {int(signum)})\n"
+            "    time.sleep(30)\n"
+            "server.load_bundle = load\n"
+            f"sys.exit(cli.main(['serve', '--host', '127.0.0.1', '--port', '{free_port()}']))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 128 + signum, done.stderr
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["drive", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:2"],
+    ["engine", "--scripted", "s.json"],
+    ["serve"],
+])
+def test_a_taken_port_is_refused_before_the_model_loads(argv, tmp_path):
+    """`drive` and `engine` logged "driving … on" / "… engine … on", loaded, then died on uvicorn's
+    Errno 98 (exit 3); now they refuse in one line first, as `serve` does."""
+    (tmp_path / "s.json").write_text('{"responses": [{"token_ids": [1, 2]}]}')
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "render_service.serve.cli", *argv, "--host", "127.0.0.1",
+                               "--port", str(port)], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (f"render-service{'' if argv[0] == 'serve' else ' ' + argv[0]}: error: cannot "
+                                   f"listen on 127.0.0.1:{port}: Address already in use (is another server running "
+                                   "there?)"), done.stderr
+
+
+@pytest.mark.parametrize("host, says", [("999.1.1.1", "not a valid address"),
+                                        ("192.0.2.1", "no network interface of this machine has that address")])
+def test_a_host_that_cannot_be_listened_on_is_named(host, says):
+    """`--host 999.1.1.1` asked "is another server running there?"."""
+    done = subprocess.run([sys.executable, "-m", "render_service.serve.cli", "serve", "--host", host,
+                           "--port", str(free_port())], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith(f"render-service: error: --host {host}: {says}"), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "another server" not in done.stderr
 
 
 def test_a_tool_parser_without_auto_tool_choice_warns(caplog):
@@ -183,7 +243,7 @@ def test_fast_build_starts_at_the_first_healthy_probe_or_after_the_fallback():
     from types import SimpleNamespace
 
     from render_service.http.common import AppContext
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import build_after_health
 
     def server(fallback_s: float):
@@ -220,7 +280,7 @@ def test_a_stopping_server_starts_no_fast_build():
     from types import SimpleNamespace
 
     from render_service.http.common import AppContext
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import build_after_health
 
     def server():
@@ -260,7 +320,7 @@ def test_no_fast_build_once_uvicorn_caught_the_signal():
     from types import SimpleNamespace
 
     from render_service.http.common import AppContext
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import build_after_health
 
     class Server:  # uvicorn.Server's part that matters: handle_exit installed as the handler

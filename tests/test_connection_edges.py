@@ -381,7 +381,7 @@ def test_a_client_that_closes_while_its_template_renders_stops_it(leave):
     answer comes."""
     from conftest import serve_app
     from render_service.model import template_sandbox
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import build_app
     from test_hostile import LOOPS
 

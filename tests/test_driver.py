@@ -27,7 +27,7 @@ pytestmark = needs_shared
 
 openai = pytest.importorskip("openai", reason="openai SDK not installed")
 
-from render_service.serve.config import ServeConfig  # noqa: E402
+from render_service.config.serve import ServeConfig  # noqa: E402
 from render_service.driver.app import create_app  # noqa: E402
 from render_service.driver.config import DriverConfig  # noqa: E402
 from render_service.driver.flow import Driver  # noqa: E402

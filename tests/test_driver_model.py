@@ -15,7 +15,7 @@ from conftest import serve_app, skip_unless_smollm2_engine
 skip_unless_smollm2_engine()
 openai = pytest.importorskip("openai", reason="openai SDK not installed")
 
-from render_service.serve.config import ServeConfig  # noqa: E402
+from render_service.config.serve import ServeConfig  # noqa: E402
 from render_service.driver.app import create_app  # noqa: E402
 from render_service.serve.drive import build_driver  # noqa: E402
 from render_service.driver.config import DriverConfig  # noqa: E402

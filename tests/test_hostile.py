@@ -210,7 +210,7 @@ CHAT = {"model": None, "messages": [{"role": "user", "content": "hi"}]}
 
 
 def test_overload_answers_503_with_retry_after_and_health_stays_up():
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.http.admission import Admission
     from render_service.serve.server import build_app
     from conftest import serve_app
@@ -263,7 +263,7 @@ def test_stop_strings_past_the_limits_are_400(smol_url, stop):
 def test_pipe_work_goes_through_the_pool_admission():
     """A pipe used to derender every event on the event loop; now its steps queue for the
     CPU pool like everything else (here: a pool that never frees a slot → 503 at open)."""
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import build_app
     from conftest import serve_app
 
@@ -346,7 +346,7 @@ SECRET = "k" * 32
 def keyed() -> Iterator[tuple[str, object]]:
     """A server with a known secret (the attacker who has the key, for the validation tests)
     and its codec."""
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.derender.state import StateCodec
     from render_service.serve.server import build_app
     from conftest import serve_app
@@ -370,7 +370,7 @@ def test_default_key_is_not_derivable_from_public_model_files():
 
     import orjson
 
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import build_app
     from conftest import serve_app
 
@@ -389,7 +389,7 @@ def test_default_key_is_not_derivable_from_public_model_files():
 
 
 def test_short_secret_refuses_to_start():
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import StartupError, build_app
 
     with pytest.raises(StartupError, match="32"):
@@ -461,7 +461,7 @@ def _with_template(template: str) -> dict:
 
 @pytest.fixture(scope="module")
 def trusting() -> Iterator[tuple[str, object]]:
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.model import template_sandbox
     from render_service.serve.server import build_app
     from conftest import serve_app
@@ -565,7 +565,7 @@ def test_drive_shutdown_ends_streams_with_an_error_event_and_aborts_the_engine(t
     import uvicorn
 
     from reference_engine.testing import EngineProcess
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.driver.app import create_app as create_driver_app
     from render_service.driver.config import DriverConfig
     from render_service.http.drain import CUT_MARGIN_S, DrainingServer
@@ -624,7 +624,7 @@ def test_serve_exits_on_sigterm_despite_an_idle_pipe():
 def test_requests_past_the_in_flight_bound_are_refused_at_the_door():
     """Bounded admission per worker: past max_inflight a request is answered 503 before
     its body is read (the event loop's own queue is otherwise unbounded)."""
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import build_app
     from conftest import serve_app
 
@@ -640,7 +640,7 @@ def test_prompt_longer_than_the_context_can_hold_is_refused_before_tokenizing(sm
     """vLLM refuses text past max_model_len x the longest token before tokenizing; a
     16 M-character prompt used to be tokenized first (8.4 s, 531 MB)."""
     from render_service.serve.server import load_bundle
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
 
     bundle = load_bundle(ServeConfig())
     limit = bundle.max_model_len * bundle.tokenizer.max_token_chars
@@ -780,7 +780,7 @@ def test_a_trickled_body_gets_408_at_its_deadline():
 def test_slow_uploads_do_not_lock_out_a_render():
     """Requests still sending their bodies counted against the in-flight bound: 300 slow
     uploads got every other POST a 503. Here the bound is 8 and 12 uploads trickle."""
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import build_app
 
     app, _, _ = build_app(ServeConfig())
@@ -913,7 +913,7 @@ def test_overload_is_refused_at_the_door_before_the_body_is_read(path, shape):
     """A request that could not start within --max-queue-delay-ms is answered 503 +
     Retry-After as soon as its head is in (here: its body is never sent), in the route's
     error shape; /health and /load keep answering; /load names the saturation."""
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import build_app
 
     app, _, _ = build_app(ServeConfig(max_queue_delay_ms=500))
@@ -950,7 +950,7 @@ def test_front_door_streams_resumed_from_a_sealed_malformed_state_are_400_never_
     import orjson
 
     from conftest import MODELS, serve_app
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.derender.state import StateCodec
     from render_service.serve.server import build_app
 

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import render_server, serve_app
 
-from render_service.serve.config import ServeConfig
+from render_service.config.serve import ServeConfig
 from render_service.driver.app import create_app as create_driver_app
 from render_service.driver.config import DriverConfig
 from render_service.driver.flow import Driver

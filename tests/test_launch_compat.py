@@ -213,7 +213,7 @@ def test_generation_config_vllm_drops_the_models_defaults():
 
 
 def test_prompt_tokens_details_only_when_enabled():
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.derender.service import Derenderer
     from render_service.model import load_model
     from render_service.wire.derender import DerenderChatRequest
@@ -517,7 +517,7 @@ def test_lora_names_render_as_the_base_model_and_are_listed(tmp_path, monkeypatc
 @needs_shared
 def test_an_adapter_may_ship_a_copy_of_the_base_tokenizer(tmp_path):
     from render_service.serve import launch_compat
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
 
     copy = _adapter(tmp_path, "copy", **{"tokenizer.json": (MODELS / "qwen3" / "tokenizer.json").read_text()})
     launch_compat.check_lora_modules(ServeConfig(model=str(MODELS / "qwen3"), lora_modules=(

@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("render_service", "render_service.errors", "render_service.policy", "render_service.telemetry",
      "parsers"),                                                                       # rules, errors, traces
     ("render_service.wire",),                                                          # the vocabulary
-    ("render_service.serve.config", "render_service.tokenizer", "render_service.model",
+    ("render_service.config", "render_service.tokenizer", "render_service.model",
      "render_service.multimodal", "render_service.continuity"),                         # what is loaded / configured
     ("render_service.render", "render_service.derender"),                               # the shared mechanism
     ("render_service.doors",),                                                          # one home per API
@@ -140,4 +140,4 @@ def test_the_checker_sees_a_violation():
     assert "render_service.derender.plan" in GRAPH["render_service.doors.session"]
     assert "render_service.doors" in GRAPH["render_service.http.door_routes"]
     assert layer("render_service.serve.cli") > layer("render_service.http.app") > layer("render_service.wire.sse")
-    assert layer("render_service.serve.config") < layer("render_service.render.chat")
+    assert layer("render_service.config.serve") < layer("render_service.render.chat")

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import MODELS, needs_shared
 from render_service import policy
-from render_service.serve.config import ServeConfig
+from render_service.config.serve import ServeConfig
 from test_derender_helpers import QWEN_CFG, bundle, derender_server, gen_choice
 
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]

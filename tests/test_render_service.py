@@ -169,7 +169,7 @@ def test_api_key_guards_v1_only():
 
 
 def test_startup_errors_are_one_clear_line():
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import StartupError, build_app
 
     for cfg, words in [
@@ -230,7 +230,7 @@ def test_api_key_guards_under_a_root_path():
     the request's path, and the key was checked against that whole path: /api/v1/... is not under
     /v1, so every route answered without a key. As vLLM, the guard looks at the path past the
     root path."""
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import build_app
 
     app, _, _ = build_app(ServeConfig(model=None, api_key=("k",), root_path="/api"))

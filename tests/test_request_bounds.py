@@ -376,7 +376,7 @@ def driver_url() -> Iterator[str]:
     """`drive` with in-process render and engines that do not exist: every answer here must
     come from validation, before any hop."""
     from conftest import free_port, serve_app
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.driver.app import create_app
     from render_service.driver.config import DriverConfig
     from render_service.driver.flow import Driver

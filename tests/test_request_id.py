@@ -54,7 +54,7 @@ def drive_address(tmp_path_factory) -> Iterator[tuple[str, int]]:
     from render_service.driver.app import create_app
     from render_service.driver.config import DriverConfig
     from render_service.driver.flow import Driver
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import load_bundle
 
     script = tmp_path_factory.mktemp("engine") / "script.json"

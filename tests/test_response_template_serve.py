@@ -47,7 +47,7 @@ def rt_bundle(rt_model):
 
 def _server(bundle, model: str, **flags):
     """A real server on loopback for ``bundle`` after start-up's parser checks."""
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.http.app import create_app
     from render_service.serve.server import resolve_parsers
 
@@ -131,7 +131,7 @@ def test_prompt_open_in_the_thinking_region_starts_in_reasoning(rt_bundle, rt_mo
 @pytest.mark.parametrize("flags", [dict(tool_call_parser="hf", enable_auto_tool_choice=True),
                                    dict(reasoning_parser="hf"), dict(reasoning_parser="beam")])
 def test_hf_without_response_template_is_refused_at_startup(flags):
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import StartupError, build_app
 
     with pytest.raises(StartupError, match="response_template"):

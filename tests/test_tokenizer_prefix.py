@@ -58,7 +58,7 @@ def _reused(tt: TextTokenizer) -> int:
 def test_agent_loop_rendered_by_the_template_reuses_every_turn():
     from bench.corpus import TOOLS
     from bench.workloads.render import AgentTrace
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import load_bundle
 
     bundle = load_bundle(ServeConfig(model=str(MODELS / "qwen3")))

@@ -87,7 +87,7 @@ def test_each_request_is_a_trace_continuing_the_callers_traceparent():
 
 
 def test_a_server_without_the_flag_never_imports_opentelemetry():
-    code = ("import sys\nfrom render_service.serve.config import ServeConfig\nfrom render_service.serve.server import build_app\n"
+    code = ("import sys\nfrom render_service.config.serve import ServeConfig\nfrom render_service.serve.server import build_app\n"
             "from starlette.testclient import TestClient\n"
             "app, _, _ = build_app(ServeConfig())\n"
             "with TestClient(app) as c:\n"

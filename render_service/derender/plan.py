@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..serve.config import ServeConfig
+from ..config.serve import ServeConfig
 from ..errors import bad_request
 from .. import policy
 from ..policy import model_skips_special_tokens, skip_special_tokens

@@ -21,7 +21,7 @@ import time
 from functools import cached_property
 from typing import Any, Callable
 
-from ..serve.config import ServeConfig
+from ..config.serve import ServeConfig
 from ..errors import OpenAIError, bad_request
 from . import assemble
 from .choice import ChoiceStream, Delta

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..telemetry import tracing
-from ..serve.config import ServeConfig
+from ..config.serve import ServeConfig
 from ..errors import OpenAIError, bad_request, check_token_ids
 from ..model import ModelBundle
 from ..policy import skip_special_tokens

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..serve.config import ServeConfig
+from ..config.serve import ServeConfig
 
 
 @dataclass(frozen=True)

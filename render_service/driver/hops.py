@@ -29,7 +29,7 @@ from typing import Any, Callable, TypeVar
 import httpx
 import pydantic
 
-from ..serve.config import ServeConfig
+from ..config.serve import ServeConfig
 from ..derender.plan import chat_plan, completion_plan
 from ..derender.service import Derenderer, StreamSession
 from ..errors import OpenAIError

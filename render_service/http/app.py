@@ -8,7 +8,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
-from ..serve.config import ServeConfig
+from ..config.serve import ServeConfig
 from ..doors import DOORS
 from ..errors import OpenAIError
 from . import derender_routes, door_routes, info_routes, render_routes

@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..serve.config import ServeConfig
+from ..config.serve import ServeConfig
 from ..errors import OpenAIError, bad_request
 from ..wire.validate import validate  # noqa: F401  (routes import it from here)
 from ..tokenizer.budget import ENCODE_BUDGET, OverBudget
@@ -142,6 +142,9 @@ async def http_error_response(request: Request, exc: HTTPException) -> JSONRespo
     return JSONResponse(err.body(), status_code=err.status, headers=exc.headers)
 
 
+PARSED_BODY = "render_service.body"
+"""Scope key under which `read_json` leaves what it parsed (read by `session_key.echo`)."""
+
 INLINE_ENCODE_CHARS = 64 * 1024
 """New text a step on the event loop may encode (~16k tokens: about a millisecond)."""
 
@@ -214,10 +217,13 @@ async def read_json(request: Request, max_bytes: int, loads: Callable[[bytes], A
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return parse_body(chunks[0] if len(chunks) == 1 else b"".join(chunks), loads)
+        out = parse_body(chunks[0] if len(chunks) == 1 else b"".join(chunks), loads)
     finally:
         if enabled:
             gc.enable()
+    # `KNOWN.parse` answers (value, bytes parsed anew): the value is what the session key reads
+    request.scope[PARSED_BODY] = out[0] if type(out) is tuple else out
+    return out
 
 
 MAX_BODY_DEPTH = 1024

@@ -10,7 +10,7 @@ import argparse
 import json
 from typing import Any
 
-from ..serve.config import ServeConfig  # the defaults, stated once
+from ..config.serve import ServeConfig  # the defaults, stated once
 from .defaults import DEFAULT_LIMIT_PER_PROMPT, HASH_ALGORITHMS
 
 

@@ -13,7 +13,7 @@ from parsers import api as parsers_api
 
 from .. import policy
 from ..telemetry import tracing
-from ..serve.config import ServeConfig
+from ..config.serve import ServeConfig
 from ..errors import bad_request
 from ..model import ModelBundle
 from ..model.template_sandbox import request_template

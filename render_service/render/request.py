@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..serve.config import ServeConfig
+from ..config.serve import ServeConfig
 from ..errors import bad_request, check_token_ids
 from ..model import ModelBundle
 from ..wire.limits import logit_bias_ids

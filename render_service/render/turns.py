@@ -25,7 +25,7 @@ from prometheus_client import Histogram
 
 from .. import continuity
 from . import exact_history
-from ..serve.config import ServeConfig
+from ..config.serve import ServeConfig
 from ..errors import bad_request, check_token_ids
 from ..model import ModelBundle
 from ..model.templates import ChatTemplate

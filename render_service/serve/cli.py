@@ -12,10 +12,10 @@ import importlib
 import json
 import logging
 import os
+import signal
 import sys
 
 from .. import __version__
-from .config import ServeConfig
 
 # Subcommands contributed by other packages of this project: name → (module with
 # `register(subparsers)`, one-line help). A module is imported only when its subcommand runs,
@@ -25,6 +25,15 @@ _SUBCOMMANDS = {
     "drive": ("render_service.serve.drive", "OpenAI endpoint over render -> prefill -> decode -> derender"),
     "bench": ("bench.cli", "capacity bench for render servers (ours or vLLM's)"),
 }
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``PROG: error: MESSAGE``, exit 2), like
+    the start-up checks' refusals: the 70-line usage of ``serve`` buried the message. The
+    subcommands' parsers are of this class too (argparse makes them of their parent's)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -80,6 +89,7 @@ def port_type(value: str) -> int:
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """The model flags ``serve`` and ``drive`` share (read back by `serve_config_from_args`)."""
+    from ..config.serve import ServeConfig  # imported once a parser is built: see main
     from .launch_compat import json_object
     p.add_argument("--model", default=None,
                    help="HF tokenizer dir, .gguf file or hub id (default: embedded SmolLM2-135M-Instruct GGUF)")
@@ -106,6 +116,7 @@ def add_log_level_argument(p: argparse.ArgumentParser, default: str) -> None:
 
 def serve_config_from_args(args: argparse.Namespace, **overrides):
     """`ServeConfig` from the `add_model_arguments` flags; ``overrides`` set the other fields."""
+    from ..config.serve import ServeConfig  # imported once a parser is built: see main
 
     return ServeConfig(**{
         "model": args.model,
@@ -123,6 +134,7 @@ def serve_config_from_args(args: argparse.Namespace, **overrides):
 
 def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     """The ``serve`` subcommand."""
+    from ..config.serve import ServeConfig  # imported once a parser is built: see main
     p = subparsers.add_parser(
         "serve", help="run the render/derender server",
         description="Serve render (OpenAI request -> prompt token ids) and derender (engine token ids -> "
@@ -258,6 +270,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def add_connection_arguments(p: argparse.ArgumentParser) -> None:
     """Connection hygiene flags shared by ``serve`` and ``drive`` (see `render_service.http.connections`)."""
+    from ..config.serve import ServeConfig  # imported once a parser is built: see main
     p.add_argument("--timeout-keep-alive", type=_positive, default=5,
                    help="seconds a connection may go without a complete request head (after accept or a response) "
                         "before it is closed; with TLS, also the most its handshake may take")
@@ -294,10 +307,25 @@ def _subcommand_module(name: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``render-service`` console script."""
+    """Entry point of the ``render-service`` console script.
+
+    Until uvicorn takes the signals over (and after it gives them back), Ctrl-C or SIGTERM ends
+    the process at once with 128 + the signal's number, as a shell reports it, instead of a
+    KeyboardInterrupt traceback or a death by signal: the model's load takes seconds. This
+    module imports nothing heavy, so that holds from the first line of `main` on."""
+    previous = signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="render-service", description="CPU front tier for disaggregated LLM serving",
-                                     allow_abbrev=False)
+    parser = Parser(prog="render-service", description="CPU front tier for disaggregated LLM serving",
+                    allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"render-service {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(sub)
@@ -317,11 +345,15 @@ def main(argv: list[str] | None = None) -> int:
         else:  # listed in --help; its flags are known only once it is chosen
             sub.add_parser(name, help=help_text, add_help=False)
     args, unknown = parser.parse_known_args(argv)
-    if unknown:  # said by the subcommand's parser, so the usage shown is the subcommand's
+    if unknown:  # said by the subcommand's parser, so the line names the subcommand
         (sub.choices.get(args.command) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not hasattr(args, "func"):
         parser.error(f"`{args.command}` is not installed in this environment (pip install -e '.[dev]')")
     return args.func(args) or 0
+
+
+def _exit_on_signal(signum: int, frame) -> None:
+    raise SystemExit(128 + signum)  # not an Exception: no `except Exception` on the loading path swallows it
 
 
 if __name__ == "__main__":

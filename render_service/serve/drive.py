@@ -106,14 +106,16 @@ def run(args: argparse.Namespace) -> int:
     """Start the driver and serve until interrupted; 2 for bad flags or a model that will not load."""
     import uvicorn
 
+    from .preflight import StartupCheckError, check_port
     from .server import StartupError
     from ..driver.app import create_app
     from ..http.drain import CUT_MARGIN_S, DrainingServer
 
     try:
         config = config_from_args(args)
+        check_port(config.host, config.port)  # before the model loads, as `serve`
         driver, config = build_driver(config)
-    except (ValueError, StartupError) as exc:
+    except (ValueError, StartupError, StartupCheckError) as exc:
         print(f"render-service drive: error: {exc}", file=sys.stderr)
         return 2
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per upstream call is noise

@@ -25,12 +25,12 @@ import json
 import logging
 import os
 import re
-import socket
 import sys
 from pathlib import Path
 from typing import Any
 
-from .config import ServeConfig
+from ..config.serve import ServeConfig
+from .preflight import StartupCheckError, check_port
 from .vllm_flags import NO_MEANING_HERE, NOT_SERVED, VLLM_LAUNCH_RENDER_OPTIONS
 
 log = logging.getLogger("render_service.serve.cli")
@@ -433,10 +433,6 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-class StartupCheckError(RuntimeError):
-    """A flag is wrong; the message says which and why (printed as one line, exit 2)."""
-
-
 def load_plugin(path: str | None, flag: str) -> None:
     """Import a parser plugin file (vLLM's ``--*-parser-plugin``): it registers its format on import.
 
@@ -606,20 +602,6 @@ def check_lora_modules(config) -> None:
                     f"{where}: the adapter ships its own tokenizer ({file}, not the base model's); this server "
                     f"renders adapters with the base model's, so serve this one with its own render-service "
                     f"(--model {path})")
-
-
-def check_port(host: str, port: int) -> None:
-    """Raises `StartupCheckError` when ``host:port`` cannot be bound (another server holds it);
-    an empty ``host`` is every interface."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            where = f"{host}:{port}" if host else f"port {port} of all interfaces"
-            raise StartupCheckError(f"cannot listen on {where}: {exc.strerror or exc} "
-                                    "(is another server running there?)") from None
 
 
 def preflight(args: argparse.Namespace, config) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from parsers import api as parsers_api
 
 from . import launch_compat
-from .config import ServeConfig
+from ..config.serve import ServeConfig
 from ..derender.state import MIN_SECRET_CHARS
 from ..model import ModelBundle, ModelLoadError, load_model
 

@@ -37,7 +37,7 @@ import jinja2
 import jinja2.ext
 import jinja2.sandbox
 
-from ...serve.config import ServeConfig
+from ...config.serve import ServeConfig
 from ...errors import OpenAIError
 from ...wire.validate import validate
 from ...model import ModelBundle

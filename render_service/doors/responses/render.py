@@ -29,7 +29,7 @@ from typing import Any
 from ...errors import OpenAIError, bad_request
 from ...wire.validate import validate
 from ...model import ModelBundle
-from ...serve.config import ServeConfig
+from ...config.serve import ServeConfig
 from .wire import ResponsesRequest
 from ...wire.openai import ChatCompletionRequest
 from ...render.chat import render_chat
