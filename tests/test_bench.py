@@ -286,7 +286,7 @@ def test_four_hop_against_the_driver_as_the_docs_start_it(tmp_path):
     from render_service.driver.app import create_app
     from render_service.driver.config import DriverConfig
     from render_service.driver.flow import Driver
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import load_bundle
     from reference_engine.testing import EngineProcess
 
