@@ -1,21 +1,9 @@
-"""`vllm launch render` command lines work unchanged on `render-service serve`.
-
-Every option vLLM 0.33's parser defines (`vllm_flags.VLLM_LAUNCH_RENDER_OPTIONS`) is parsed, and
-each is one of three kinds (the rule, also in the README; `tests/test_launch_compat.py` holds the
-whole table to it):
-
-- honoured: `add_arguments` (or ``serve`` itself) defines it; `overrides` turns it into
-  `ServeConfig` fields; `server.build_app` and `cli.run_serve` apply them;
-- no meaning on a CPU render tier (`vllm_flags.NO_MEANING_HERE`: GPU memory, weights,
-  parallelism, KV cache, scheduling…): accepted and named in one start-up warning line;
-- meaningful but not served (`vllm_flags.NOT_SERVED`): refused at start-up with one line saying
-  why, unless given the value that asks for what render-service does anyway.
-
-Before argparse, a command line goes through vLLM's own pre-processing (`expand_command_line`):
-a ``--config`` YAML file's flags, ``--max_model_len`` spellings, ``-O3``, dotted JSON flags.
-Everything checkable before the model loads is checked first (`preflight`): parser names
-(``auto`` among the choices), plugin files, an unreadable template file, a port in use.
-"""
+"""`vllm launch render` command lines work unchanged on `render-service serve`: vLLM's own
+pre-processing before argparse (`expand_command_line`: a ``--config`` YAML file's flags,
+``--max_model_len`` spellings, ``-O3``, dotted JSON flags), the checks run before the model
+loads (`preflight`), and what the honoured flags switch on (TLS, LoRA, generation config, two
+middlewares). The flags themselves are rows of `flags.FLAGS`; the vLLM options without a row
+are `vllm_compat`'s."""
 
 from __future__ import annotations
 
@@ -23,213 +11,17 @@ import argparse
 import importlib.util
 import json
 import logging
-import os
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from ..config.serve import ServeConfig
 from .preflight import StartupCheckError, check_port
-from .vllm_flags import NO_MEANING_HERE, NOT_SERVED, VLLM_LAUNCH_RENDER_OPTIONS
+from .vllm_compat import ignored_flags, refused_flags
 
 log = logging.getLogger("render_service.serve.cli")
 
-_NOOP_PREFIX = "vllm_noop__"
-_REFUSED_PREFIX = "vllm_refused__"
 GENERATION_CONFIG_KEYS = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p", "max_new_tokens")
-
-
-def _json_of(value: str, kind: type, what: str):
-    try:
-        parsed = json.loads(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
-    if not isinstance(parsed, kind):
-        raise argparse.ArgumentTypeError(f"must be {what}")
-    return parsed
-
-
-def json_object(value: str) -> dict:
-    """argparse type: a JSON object (flags such as `--override-generation-config`)."""
-    return _json_of(value, dict, "a JSON object")
-
-
-def json_list(value: str) -> list:
-    """argparse type: a JSON list (vLLM's CORS flags)."""
-    return _json_of(value, list, 'a JSON list, e.g. ["*"]')
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The honoured `vllm launch render` flags ``serve`` lacks, then every other vLLM option:
-    parsed into the no-meaning group (`vllm_flags.NO_MEANING_HERE`, see `ignored_flags`) or the
-    refused one (`refused_flags`). Call after all of ``serve``'s own arguments are defined."""
-    g = p.add_argument_group("vllm launch render compatibility")
-    g.add_argument("--tokenizer", default=None,
-                   help="tokenizer (and chat template) directory when it differs from MODEL; generation_config "
-                        "still comes from MODEL")
-    g.add_argument("--generation-config", default=ServeConfig.generation_config,
-                   help="auto: MODEL's generation_config.json; vllm: none; or a folder holding one")
-    g.add_argument("--override-generation-config", type=json_object, default=None,
-                   help='JSON merged over the generation config, e.g. {"temperature": 0.5}')
-    g.add_argument("--chat-template-content-format", choices=("auto", "string", "openai"),
-                   default=ServeConfig.chat_template_content_format,
-                   help="how message content reaches the template; auto detects it from the template")
-    g.add_argument("--tool-parser-plugin", default=None,
-                   help="Python file imported at start-up that registers a tool-call format "
-                        "(parsers.formats.FORMATS[name] = ToolFormat(...))")
-    g.add_argument("--reasoning-parser-plugin", default=None,
-                   help="Python file imported at start-up that registers a reasoning format "
-                        "(parsers.reasoning.FORMATS[name] = ReasoningFormat(...))")
-    g.add_argument("--tool-strict-level", choices=("auto", "function", "parameter"), default=None,
-                   help="floor for tool-call structural tags: function always constrains the call envelope, "
-                        "parameter also pins every argument schema (default: each tool's strict)")
-    g.add_argument("--cohere-format", default="cmd4",
-                   help="put in every request's template kwargs as cohere_format, as vLLM does")
-    g.add_argument("--root-path", default=None, help="ASGI root_path when served behind a path-routing proxy")
-    g.add_argument("--disable-uvicorn-access-log", action="store_true", help="no access log line per request")
-    g.add_argument("--enable-log-requests", action="store_true", help="log each request (method, path, status, ms)")
-    g.add_argument("--max-log-len", type=int, default=None, help="with --enable-log-requests: truncate logged bodies")
-    g.add_argument("--enable-prompt-tokens-details", action="store_true",
-                   help="derender reports the engine's usage.prompt_tokens_details (cached_tokens), else null")
-    g.add_argument("--enable-request-id-headers", action="store_true",
-                   help="every response carries X-Request-Id: the request's, else a random one (as vLLM)")
-    g.add_argument("--trust-remote-code", action="store_true",
-                   help="accepted: this server never runs model code (tokenizers and templates are data)")
-    g.add_argument("--anthropic-disabled-thinking-effort", default=ServeConfig.anthropic_disabled_thinking_effort,
-                   choices=("auto", "none", "low", "medium", "high", "xhigh", "max"),
-                   help="the reasoning_effort Messages' thinking: disabled maps to; auto probes the template")
-    g.add_argument("--allowed-origins", type=json_list, default=None,
-                   help='CORS: JSON list of origins allowed, e.g. ["https://app.example"] (default: no CORS)')
-    g.add_argument("--allowed-methods", type=json_list, default=list(ServeConfig.allowed_methods),
-                   help="CORS: JSON list of methods")
-    g.add_argument("--allowed-headers", type=json_list, default=list(ServeConfig.allowed_headers),
-                   help="CORS: JSON list of headers")
-    g.add_argument("--allow-credentials", action=argparse.BooleanOptionalAction, default=False,
-                   help="CORS: allow credentials")
-    g.add_argument("--download-dir", default=None, help="hub cache directory for a --model hub id (HF_HUB_CACHE)")
-    g.add_argument("--hf-token", nargs="?", const=True, default=None,
-                   help="Hugging Face token for a --model hub id (without a value: the stored login)")
-    g.add_argument("--enable-server-load-tracking", "--disable-server-load-tracking", nargs=0,
-                   action=_AlwaysOn, help="accepted: /load always counts the requests in flight here")
-    tls = p.add_argument_group("TLS (as uvicorn serves it; plain HTTP is then refused on the port)")
-    tls.add_argument("--ssl-keyfile", default=None, help="PEM private key of the server certificate")
-    tls.add_argument("--ssl-certfile", default=None, help="PEM server certificate (chain)")
-    tls.add_argument("--ssl-ca-certs", default=None, help="PEM CA bundle that client certificates must chain to")
-    tls.add_argument("--ssl-cert-reqs", type=int, choices=(0, 1, 2), default=ServeConfig.ssl_cert_reqs,
-                     help="client certificates: 0 not asked, 1 optional, 2 required (mTLS; Python's ssl.CERT_*)")
-    tls.add_argument("--ssl-ciphers", default=None, help="OpenSSL cipher list (TLS 1.2 and below)")
-    g.add_argument("--lora-modules", nargs="+", action=LoraModulesAction, default=None,
-                   help="LoRA adapter names served as models: name=path, or JSON "
-                        '{"name": N, "path": P, "base_model_name": B} (several); the base model\'s tokenizer and '
-                        "template render them, and `model` passes through to the engine")
-    g.add_argument("--otlp-traces-endpoint", default=None,
-                   help="export an OpenTelemetry trace per request (OTLP/HTTP protobuf, e.g. http://collector:4318; "
-                        "continues the caller's traceparent); needs pip install 'render-service[otel]'")
-    g.add_argument("--config", default=None, help="a YAML file of flags (read before the command line, as vLLM)")
-    known = set(p._option_string_actions)
-    noop = p.add_argument_group("vllm launch render flags accepted without effect on a CPU render tier")
-    refused = p.add_argument_group("vllm launch render flags refused unless given the value render-service serves")
-    for options, arity in VLLM_LAUNCH_RENDER_OPTIONS:
-        if any(o in known for o in options):
-            continue  # honoured: defined above or by `serve`
-        meaningless = options[0] in NO_MEANING_HERE
-        dest = (_NOOP_PREFIX if meaningless else _REFUSED_PREFIX) + options[0].lstrip("-").replace("-", "_")
-        group = noop if meaningless else refused
-        if arity == 0:
-            group.add_argument(*options, dest=dest, nargs=0, action=_Given, default=None, help=argparse.SUPPRESS)
-        else:
-            group.add_argument(*options, dest=dest, nargs=None if arity == 1 else arity, action=_Given, default=None,
-                               help=argparse.SUPPRESS)
-        known.update(options)
-
-
-class _Given(argparse.Action):
-    """Records a vLLM flag we do not honour as ``(option string as typed, value)``; a switch's
-    value is True, or False for its negative spelling (``--no-x``, ``--disable-x`` of an
-    ``--enable-x`` row, …), as vLLM's parser reads it."""
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        if self.nargs == 0:
-            values = not _negative(option_string, self.option_strings[0])
-        setattr(namespace, self.dest, (option_string, values))
-
-
-class LoraModulesAction(argparse.Action):
-    """``--lora-modules`` as vLLM 0.33's `LoRAParserAction` reads it: each value ``name=path``
-    (when it has ``=`` and no ``,``), else a JSON object ``{"name", "path", "base_model_name"?,
-    "is_3d_lora_weight"?}`` (vLLM's `LoRAModulePath`; a JSON list is refused there too, whatever
-    its help says). Stores a list of ``{"name", "path", "base_model_name"}`` dicts. A malformed
-    value is argparse's error (exit 2)."""
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        modules = []
-        for item in values or []:
-            if not item:
-                continue
-            if "=" in item and "," not in item:
-                name, _, path = item.partition("=")
-                modules.append({"name": name, "path": path, "base_model_name": None})
-                continue
-            try:
-                entry = json.loads(item)
-            except ValueError:
-                parser.error(f"Invalid JSON format for --lora-modules: {item}")
-            fields = {"name", "path", "base_model_name", "is_3d_lora_weight"}
-            if not isinstance(entry, dict) or set(entry) - fields or not {"name", "path"} <= set(entry):
-                parser.error(f"Invalid fields for --lora-modules: {item} (a JSON object with name, path and "
-                             "optionally base_model_name)")
-            modules.append({"name": entry["name"], "path": entry["path"],
-                            "base_model_name": entry.get("base_model_name")})
-        setattr(namespace, self.dest, modules)
-
-
-class _AlwaysOn(argparse.Action):
-    """A switch whose every spelling leaves render-service doing what it always does."""
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        setattr(namespace, self.dest, True)
-
-
-def _negative(option: str, first: str) -> bool:
-    """True for a switch's spelling that turns it off."""
-    if option.startswith("--no-"):
-        return True
-    for on, off in (("--enable-", "--disable-"), ("--disable-", "--enable-")):
-        if first.startswith(on) and option.startswith(off):
-            return True
-    return False
-
-
-def _accepted(value: Any, accepted: tuple) -> bool:
-    for ok in accepted:
-        if value == ok:
-            return True
-        if isinstance(value, str) and isinstance(ok, str):
-            for read in (float, json.loads):
-                try:
-                    if read(value) == read(ok):
-                        return True
-                except (ValueError, TypeError):
-                    pass
-    return False
-
-
-def refused_flags(args: argparse.Namespace) -> list[str]:
-    """One line per vLLM flag on this command line that render-service does not serve
-    (`vllm_flags.NOT_SERVED`) and that asks for something other than what it does."""
-    lines = []
-    for key, given in sorted(vars(args).items()):
-        if not key.startswith(_REFUSED_PREFIX) or given is None:
-            continue
-        option, value = given
-        first = "--" + key[len(_REFUSED_PREFIX):].replace("_", "-")
-        reason, accepted = NOT_SERVED.get(first, ("render-service does not serve it", ()))
-        if not _accepted(value, accepted):
-            typed = " ".join(value) if isinstance(value, list) else value
-            shown = option if isinstance(value, bool) else f"{option} {typed}"
-            lines.append(f"{shown}: not served by render-service ({reason})")
-    return lines
 
 
 def normalize_flag_spelling(argv: list[str]) -> list[str]:
@@ -380,57 +172,6 @@ def expand_command_line(argv: list[str], known: set[str]) -> list[str]:
         ValueError: a bad ``--config`` (the message names it).
     """
     return fold_dotted_flags(normalize_flag_spelling(pull_config_file(argv, known)))
-
-
-def apply_environment(args: argparse.Namespace) -> None:
-    """``--download-dir`` and ``--hf-token`` as the Hugging Face hub client reads them (environment,
-    inherited by ``--workers``), for a ``--model`` hub id."""
-    if args.download_dir:
-        os.environ["HF_HUB_CACHE"] = args.download_dir
-    if isinstance(args.hf_token, str):
-        os.environ["HF_TOKEN"] = args.hf_token
-
-
-def ignored_flags(args: argparse.Namespace) -> list[str]:
-    """The vLLM flags on this command line that have no meaning here (`vllm_flags.NO_MEANING_HERE`),
-    as ``--name``."""
-    return sorted("--" + k[len(_NOOP_PREFIX):].replace("_", "-") for k, v in vars(args).items()
-                  if k.startswith(_NOOP_PREFIX) and v is not None)
-
-
-def overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """`ServeConfig` fields of the honoured flags."""
-    kwargs = dict(args.default_chat_template_kwargs or {})
-    if args.cohere_format:
-        kwargs.setdefault("cohere_format", args.cohere_format)  # vLLM folds it into the defaults
-    return {
-        "tokenizer": args.tokenizer,
-        "generation_config": args.generation_config,
-        "override_generation_config": args.override_generation_config or {},
-        "chat_template_content_format": args.chat_template_content_format,
-        "tool_parser_plugin": args.tool_parser_plugin,
-        "reasoning_parser_plugin": args.reasoning_parser_plugin,
-        "tool_strict_level": args.tool_strict_level,
-        "default_chat_template_kwargs": kwargs,
-        "root_path": args.root_path or "",
-        "access_log": not args.disable_uvicorn_access_log,
-        "enable_log_requests": args.enable_log_requests,
-        "max_log_len": args.max_log_len,
-        "enable_prompt_tokens_details": args.enable_prompt_tokens_details,
-        "enable_request_id_headers": args.enable_request_id_headers,
-        "anthropic_disabled_thinking_effort": args.anthropic_disabled_thinking_effort,
-        "allowed_origins": tuple(args.allowed_origins or ()),
-        "allowed_methods": tuple(args.allowed_methods),
-        "allowed_headers": tuple(args.allowed_headers),
-        "allow_credentials": args.allow_credentials,
-        "ssl_keyfile": args.ssl_keyfile,
-        "ssl_certfile": args.ssl_certfile,
-        "ssl_ca_certs": args.ssl_ca_certs,
-        "ssl_cert_reqs": args.ssl_cert_reqs,
-        "ssl_ciphers": args.ssl_ciphers,
-        "lora_modules": tuple(args.lora_modules or ()),
-        "otlp_traces_endpoint": args.otlp_traces_endpoint,
-    }
 
 
 def load_plugin(path: str | None, flag: str) -> None:
