@@ -74,9 +74,9 @@ def test_no_abbreviations():
 
 
 def test_vllm_spellings():
-    from render_service.serve import launch_compat
+    from render_service.serve import command_line
 
-    argv = launch_compat.normalize_flag_spelling(["serve", "m", "--max_model_len=4k", "--served_model_name", "a_b",
+    argv = command_line.normalize_flag_spelling(["serve", "m", "--max_model_len=4k", "--served_model_name", "a_b",
                                                   "--api-key", "k1", "k2", "--api-key", "k3"])
     args = _serve_parser().parse_args(argv)
     assert args.max_model_len == 4096 and args.served_model_name == ["a_b"] and args.api_key == ["k1", "k2", "k3"]
@@ -515,11 +515,11 @@ def test_lora_names_render_as_the_base_model_and_are_listed(tmp_path, monkeypatc
 
 @needs_shared
 def test_an_adapter_may_ship_a_copy_of_the_base_tokenizer(tmp_path):
-    from render_service.serve import launch_compat
+    from render_service.serve import lora
     from render_service.config.serve import ServeConfig
 
     copy = _adapter(tmp_path, "copy", **{"tokenizer.json": (MODELS / "qwen3" / "tokenizer.json").read_text()})
-    launch_compat.check_lora_modules(ServeConfig(model=str(MODELS / "qwen3"), lora_modules=(
+    lora.check_lora_modules(ServeConfig(model=str(MODELS / "qwen3"), lora_modules=(
         {"name": "x", "path": str(copy), "base_model_name": None},)))
 
 

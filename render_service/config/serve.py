@@ -56,7 +56,7 @@ class ServeConfig:
     mm_processor_cache_gb: float = DEFAULT_PROCESSOR_CACHE_GB
     mm_hash_model_id: str | None = None            # default: `model` as given (what vLLM hashes)
     mm_hasher_algorithm: str = HASH_ALGORITHMS[0]
-    # `vllm launch render` flags honoured here (launch_compat.py)
+    # `vllm launch render` flags honoured here
     tokenizer: str | None = None                   # tokenizer/template dir when it differs from `model`
     generation_config: str = "auto"                # auto | vllm | folder with generation_config.json
     override_generation_config: dict = field(default_factory=dict)
@@ -75,7 +75,7 @@ class ServeConfig:
     allowed_methods: tuple[str, ...] = ("*",)
     allowed_headers: tuple[str, ...] = ("*",)
     allow_credentials: bool = False
-    ssl_keyfile: str | None = None                 # TLS as uvicorn serves it (launch_compat.check_tls)
+    ssl_keyfile: str | None = None                 # TLS as uvicorn serves it (serve/tls.py checks them)
     ssl_certfile: str | None = None
     ssl_ca_certs: str | None = None                # CA bundle client certificates must chain to
     ssl_cert_reqs: int = 0                         # ssl.CERT_NONE / CERT_OPTIONAL / CERT_REQUIRED

@@ -57,12 +57,13 @@ def run_serve(args: argparse.Namespace) -> int:
     if random_key:
         # One random key for this server and all its --workers (they inherit it through the config).
         config = dataclasses.replace(config, stream_state_secret=random_secret())
-    from . import launch_compat
+    from .preflight import preflight
+    from .startup_check import StartupCheckError
 
     apply_environment(args)
     try:
-        launch_compat.preflight(args, config)  # everything checkable before the model loads
-    except launch_compat.StartupCheckError as exc:
+        preflight(args, config)  # everything checkable before the model loads
+    except StartupCheckError as exc:
         print(f"render-service: error: {exc}", file=sys.stderr)
         return 2
     if config.workers > 1 or os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -139,7 +140,7 @@ def _main(argv: list[str] | None) -> int:
     add_serve_parser(sub)
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["serve"]:  # a `vllm launch render` command line as vLLM's parser reads it
-        from .launch_compat import expand_command_line
+        from .command_line import expand_command_line
 
         try:
             argv = expand_command_line(argv, set(sub.choices["serve"]._option_string_actions))

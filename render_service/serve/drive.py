@@ -76,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
 
     from .cli import connection_options
     from .flags import driver_config
-    from .preflight import StartupCheckError, check_port
+    from .preflight import check_port
+    from .startup_check import StartupCheckError
     from .server import StartupError
     from ..driver.app import create_app
     from ..http.drain import CUT_MARGIN_S, DrainingServer
