@@ -26,15 +26,14 @@ import httpx
 
 from ..errors import bad_request
 from .cache import CachedItem, ProcessorCache
-from .defaults import DEFAULT_LIMIT_PER_PROMPT, DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_PROCESSOR_CACHE_GB, HASH_ALGORITHMS
+from .defaults import (DEFAULT_LIMIT_PER_PROMPT, DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_PROCESSOR_CACHE_GB, HASH_ALGORITHMS,
+                       MediaLimits)
 from .decode import decode_jpeg_sequence, decode_rgb, decoded_size, read_header
 from .hashing import image_hash, video_hash
 from .prompt_updates import check_non_overlapping, find_placeholders
-from .media import JPEG_SEQUENCE, MediaBytes, MediaLimits, load_file_url, load_media
+from .media import JPEG_SEQUENCE, MediaBytes, load_file_url, load_media
 from .parts import MediaPart
 from .video import decode_container, sample_for_processor
-
-MODALITIES = ("image", "video")
 
 
 async def _default_run_cpu(fn: Callable[..., Any], *args: Any) -> Any:
