@@ -14,7 +14,7 @@ import argparse
 import dataclasses
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import not_
 from typing import Any, Callable
 
@@ -37,7 +37,7 @@ class Flag:
 
     Attributes:
         names: its spellings, the canonical one first (a positional: its dest alone).
-        help: the ``--help`` text.
+        help: the ``--help`` text; a ``{}`` in it is the field's default (drive's timeouts).
         field: the config field it fills (also its argparse dest), or None when start-up
             reads it from the parsed arguments itself (log level, hub token, …).
         commands: the subcommands that have it.
@@ -45,7 +45,7 @@ class Flag:
         group: the ``--help`` section; None: the subcommand's own options.
         env: environment variable read when the flag is not given.
         read: parsed value -> field value (default: as parsed; a list becomes a tuple).
-        argparse: the other `add_argument` keywords (type, action, choices, nargs, metavar, dest;
+        kwargs: the other `add_argument` keywords (type, action, choices, nargs, metavar, dest;
             ``default`` only where no config field holds it).
     """
 
@@ -57,16 +57,16 @@ class Flag:
     group: str | None = None
     env: str | None = None
     read: Callable[[Any], Any] | None = None
-    argparse: dict = dataclasses.field(default_factory=dict)
+    kwargs: dict = dataclasses.field(default_factory=dict)
 
     @property
     def dest(self) -> str:
-        return self.argparse.get("dest") or self.field or self.names[0].lstrip("-").replace("-", "_")
+        return self.kwargs.get("dest") or self.field or self.names[0].lstrip("-").replace("-", "_")
 
 
 def _flag(*names: str, help: str | None = None, field: str | None = None, commands=(SERVE,), driver=False,
-          group=None, env=None, read=None, **argparse_kwargs) -> Flag:
-    return Flag(names, help, field, commands, driver, group, env, read, argparse_kwargs)
+          group=None, env=None, read=None, **kwargs) -> Flag:
+    return Flag(names, help, field, commands, driver, group, env, read, kwargs)
 
 
 def _field(*names: str, **kwargs) -> Flag:
@@ -278,27 +278,19 @@ def add_flags(p: argparse.ArgumentParser, command: str) -> None:
             continue
         if flag.group not in groups:
             groups[flag.group] = p.add_argument_group(flag.group)
-        kwargs = dict(flag.argparse)
+        kwargs = dict(flag.kwargs)
         help_text = flag.help
         if flag.field and flag.read is None:
             default = _field_default(driver_config if flag.driver else serve_config, flag.field)
             if kwargs.get("action") != "store_true" and "required" not in kwargs:
                 kwargs["default"] = _shown(default)
             if help_text and "{}" in help_text:  # a default the help text states in its own words
-                help_text = help_text.format(_help_value(default))
-        elif help_text and "{}" in help_text:
-            help_text = help_text.format(_help_value(kwargs.get("default")))
+                help_text = help_text.format(f"{default:g}" if isinstance(default, float) else default)
         if flag.names[0].startswith("-") and flag.field and "dest" not in kwargs:
             kwargs["dest"] = flag.field
         groups[flag.group].add_argument(*flag.names, help=help_text, **kwargs)
     if command == SERVE:
         _add_unhonoured_vllm_options(p)
-
-
-def _help_value(value: Any) -> str:
-    if isinstance(value, dict):
-        return json.dumps(value)
-    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _add_unhonoured_vllm_options(p: argparse.ArgumentParser) -> None:
@@ -316,7 +308,7 @@ def add_log_level_argument(p: argparse.ArgumentParser, default: str) -> None:
     """``--uvicorn-log-level`` (alias ``--log-level``) → ``args.uvicorn_log_level`` with
     ``default``: the row of the table, for a subcommand outside it (``engine``)."""
     row = next(f for f in FLAGS if f.dest == "uvicorn_log_level")
-    p.add_argument(*row.names, help=row.help, **{**row.argparse, "default": default})
+    p.add_argument(*row.names, help=row.help, **{**row.kwargs, "default": default})
 
 
 def command_parser(version: str) -> tuple[Parser, argparse._SubParsersAction]:
