@@ -48,14 +48,15 @@ PROMPT = "<|im_start|>user\nWrite the module.<|im_end|>\n<|im_start|>assistant\n
 REASONING = "<think>\nThe user wants a module. I will write it with one tool call, keeping the code short.\n</think>\n\n"
 
 
-def workload(tok) -> tuple[list[int], list[int], int]:
-    """(prompt ids, output ids, index of the first tool-call token) with a 1,600-token call."""
+def workload(tok, call_tokens: int = CALL_TOKENS) -> tuple[list[int], list[int], int]:
+    """(prompt ids, output ids, index of the first tool-call token) with a call of at least
+    ``call_tokens`` tokens (1,600 by default)."""
     line = "def f_{i}(x):\n    return x * {i}  # 中文 ok\n"
     body, i = "", 0
     while True:
         call = '<tool_call>\n{"name": "write_file", "arguments": ' + json.dumps({"path": "/tmp/m.py", "content": body}) + "}\n</tool_call>"
         n = len(tok.encode(call))
-        if n >= CALL_TOKENS:
+        if n >= call_tokens:
             break
         body += line.format(i=i)
         i += 1

@@ -30,10 +30,14 @@ state)`` continues exactly where the exported parser was.
 Malformed output never raises. A call opens only once its name is known and valid
 (one of ``tools`` when tools were given; in a JSON list any name, as vLLM reports it) and,
 for JSON envelopes, its arguments got past their opening brace; until then its raw text
-is held and given back as content if it turns out not to be a call. Arguments are never
-completed by invention: a call's events are held until it completes, and a call cut off
-by the end of the output (``finish_reason: "length"``) or whose JSON breaks is content,
-its text as the model wrote it — streamed and whole alike (issue 22, :mod:`parsers.calls`).
+is held and given back as content if it turns out not to be a call. From then on the call
+streams as the model writes it (issue 40): its start, then argument pieces whose
+concatenation is the whole answer's ``arguments``, then its end. Arguments are never
+completed by invention: a call cut off by the end of the output (``finish_reason:
+"length"``) or whose JSON breaks ends not complete, its arguments the text written so far
+(``ToolCallEnd.complete`` false) — streamed and whole alike. ``cut_calls="content"``
+(opt-in, issue 22's rule) holds a call until it completes and gives a cut one back as
+content (:mod:`parsers.calls`).
 Complete calls have JSON-object arguments.
 """
 
@@ -72,7 +76,9 @@ class ParserSpec:
     :func:`prompt_starts_in_reasoning`. ``chat_template_kwargs``: effective template kwargs
     (``enable_thinking``, ``thinking`` …). ``response_template``: the checkpoint's
     ``tokenizer_config.json`` ``response_template`` dict, required by the ``hf``/``beam``
-    parsers (:mod:`parsers.response_template`).
+    parsers (:mod:`parsers.response_template`). ``cut_calls``: ``"call"`` (default) streams
+    a call as written and ends a cut one not complete; ``"content"`` holds each call until
+    it completes and makes a cut one content (:mod:`parsers.calls`).
     """
 
     reasoning: str | None = None
@@ -82,6 +88,7 @@ class ParserSpec:
     starts_in_reasoning: bool = False
     chat_template_kwargs: dict = field(default_factory=dict)
     response_template: dict | None = None
+    cut_calls: str = "call"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -136,7 +143,9 @@ class OutputParser:
         for kwarg, value, row in getattr(tfmt, "variants", ()):
             if kwargs.get(kwarg) == value:
                 tfmt = row
-        self.calls = Calls(spec.tools, tool_names(spec.tools))
+        if spec.cut_calls not in ("call", "content"):
+            raise ValueError(f"cut_calls must be call or content, not {spec.cut_calls!r}")
+        self.calls = Calls(spec.tools, tool_names(spec.tools), hold=spec.cut_calls == "content")
         self.reasoning: ReasoningStage | None = None
         self.finished = False
         # the family's response framing applies whichever of its parsers is active (issue 22)

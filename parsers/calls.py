@@ -8,19 +8,21 @@ themselves, so "Start, Arguments…, End, index counts from 0" holds for every f
 at that point so the caller can tell which raw text belonged to a call (everything up to
 a boundary) and which may still have to be given back as content.
 
-One rule for every family (issue 22): a call is returned only once it is complete. The
-events of the open call are held (``held``) until it ends; a complete end releases them,
-an end that is not complete (the output was cut off by ``max_tokens`` inside the call, or
-its JSON broke) discards them and raises ``cut``: the stage that owns the call gives the
-call's raw text back as content, streamed or not — what vLLM's whole answers do, and
-what a client can act on (never a ``tool_calls`` entry with broken JSON arguments).
+A call streams as the model writes it (issue 40): its start (name, id) as soon as the name
+is known and valid, then its arguments text piece by piece as the body mechanisms release
+it, then its end. The concatenated pieces are exactly the whole answer's ``arguments``. A
+call the output cuts off (``max_tokens``) or whose JSON breaks ends not complete
+(``ToolCallEnd.complete`` false): its arguments are the text the model wrote while it was
+still JSON, nothing invented — what vLLM streams, and the same whole (``finish_reason``
+stays ``length``). Nothing of an open call is held, so the state stays O(1) in its length.
 
-The held events are the call's start and its arguments text so far (kept as pieces, one
-``ToolCallArguments`` when released: a client sees the same string). A stateless stream
-carries them from chunk to chunk, so their exported form costs O(1) Python work per chunk
-whatever the call's length, and the arguments text — a stretch of the raw call text the
-framing machine carries anyway — is exported as a ``[start, end]`` slice of that text
-when it is one (``export(raw)``), not a second copy.
+Opt-in ``hold`` (``ParserSpec.cut_calls="content"``, issue 22's rule): the open call's
+events are held (``held``) until it ends; a complete end releases them, one that is not
+complete discards them and raises ``cut``: the stage that owns the call gives its raw text
+back as content. The price: arguments reach a client only when the call completes, and the
+exported state carries the open call's text. The held arguments are kept as pieces (one
+``ToolCallArguments`` when released) and exported as a ``[start, end]`` slice of the raw
+call text the framing machine carries anyway (``export(raw)``), not a second copy.
 """
 
 from __future__ import annotations
@@ -36,10 +38,11 @@ class Calls:
     that owns this object last took them (:meth:`take`); the stage returns them."""
 
     __slots__ = ("tools", "names", "index", "open", "name", "boundary", "out", "start_event", "arg_parts", "cut",
-                 "_schemas")
+                 "hold", "_schemas")
 
-    def __init__(self, tools: list[dict] | None, names: list[str] | None) -> None:
+    def __init__(self, tools: list[dict] | None, names: list[str] | None, hold: bool = False) -> None:
         self.tools = tools
+        self.hold = hold        # opt-in: hold an open call's events until it completes (module docstring)
         self.names = None if names is None else frozenset(names)
         self.index = 0          # index of the next call to start
         self.open = False       # a call has started and not ended
@@ -91,8 +94,11 @@ class Calls:
 
     def start(self, name: str, id: str | None = None) -> None:
         assert not self.open
-        self.start_event = ToolCallStart(self.index, name, id)
-        self.arg_parts = []
+        if self.hold:
+            self.start_event = ToolCallStart(self.index, name, id)
+            self.arg_parts = []
+        else:
+            self.out.append(ToolCallStart(self.index, name, id))
         self.open = True
         self.cut = False
         self.name = name
@@ -100,14 +106,21 @@ class Calls:
 
     def args(self, text: str) -> None:
         if text:
-            self.arg_parts.append(text)
+            if self.hold:
+                self.arg_parts.append(text)
+            else:
+                self.out.append(ToolCallArguments(self.index, text))
 
     def end(self, complete: bool = True) -> None:
-        """End the open call. Complete: its events are released. Not complete (cut off, or
-        its JSON broke): they are dropped and ``cut`` tells the owner to give the call's
-        raw text back as content (see the module docstring)."""
+        """End the open call; ``complete=False``: the output was cut off inside it, or its
+        JSON broke (its arguments are the text written up to there). With ``hold``, a
+        complete call's events are released and an incomplete one's dropped, ``cut`` telling
+        the owner to give the call's raw text back as content (see the module docstring)."""
         assert self.open
-        if complete:
+        if not self.hold:
+            self.out.append(ToolCallEnd(self.index, complete))
+            self.index += 1
+        elif complete:
             self.out += self.held
             self.out.append(ToolCallEnd(self.index))
             self.index += 1

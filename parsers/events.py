@@ -4,10 +4,11 @@ A parser turns model output text into a list of these. Concatenating the ``text`
 ``Content`` events gives the message ``content``; likewise ``Reasoning`` for ``reasoning``.
 For one tool call, ``ToolCallStart`` comes first, then zero or more ``ToolCallArguments``
 whose texts concatenate to the call's JSON arguments string, then ``ToolCallEnd``.
-Arguments are what the model wrote, never completed by invention. A call's events come
-once it is complete: a call the output cut off (``finish_reason: "length"``) or broke off
-is content instead (issue 22, :mod:`parsers.calls`), so every ``ToolCallEnd`` a parser
-returns is complete; ``complete=False`` is the bodies' signal to the framing machine.
+Arguments are what the model wrote, never completed by invention. A call's events come as
+the model writes it (issue 40): a call the output cut off (``finish_reason: "length"``) or
+whose JSON broke ends with ``complete=False``, its arguments the text written so far. With
+the opt-in ``ParserSpec.cut_calls="content"`` such a call is content instead and every
+``ToolCallEnd`` returned is complete (:mod:`parsers.calls`).
 """
 
 from __future__ import annotations

@@ -20,8 +20,9 @@ where the body goes:
   on one field are joined with ``\\n``.
 
 With tool extraction off (``tool_choice: none`` or no tool parser) or an unknown function
-name, a call's body is content; so is the body of a call cut off by the end of output or
-whose JSON breaks (one rule for every family, :mod:`parsers.calls`).
+name, a call's body is content. A call's arguments stream as written; one cut off by the end
+of output or whose JSON breaks ends not complete (with ``Calls.hold``: its body is content;
+one rule for every family, :mod:`parsers.calls`).
 """
 
 from __future__ import annotations
@@ -107,9 +108,10 @@ class HarmonyStage(ChannelStage):
         pos = 0
         if not (sub.done or sub.error):
             pos, rel = sub.feed(s)
-            self.body += s[:pos]
+            if self.calls.hold:
+                self.body += s[:pos]
             self.calls.args(rel)
-            if sub.error:  # the JSON broke: not a call, its text is content
+            if sub.error:  # the JSON broke: the call ends there (with hold: its text is content)
                 self.calls.end(complete=False)
                 self._give_back()
         self._stray(s[pos:])  # text after the arguments object (or where it broke)
@@ -121,14 +123,16 @@ class HarmonyStage(ChannelStage):
             if sub.done or (sub.empty and not cut):  # whole, or a message without arguments
                 self.calls.args(rel if sub.done else "{}")
                 self.calls.end()
-            else:  # cut off: not a call, its text is content (parsers.calls)
+            else:  # cut off: the text written so far, not complete (with hold: content, parsers.calls)
+                self.calls.args(rel + sub.cut())
                 self.calls.end(complete=False)
                 self._give_back()
         self.sub, self.route, self.body = None, "c", ""
 
     def _give_back(self) -> None:
-        """The call ended not complete: its body text is content."""
-        self.calls.take_cut()
+        """The call ended not complete: with ``Calls.hold`` its body text is content."""
+        if not self.calls.take_cut():
+            return
         body, self.body = self.body, ""
         if body:
             self._text(False, body)

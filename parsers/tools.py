@@ -24,12 +24,14 @@ The machine walks five states (:class:`State`); the marker-driven moves are the 
 * AFTER swallows whitespace (and the family's junk, e.g. deepseek's code fence) up to the
   call's end marker.
 
-Malformed output never raises and never loses text: until a call has *completed*, every
-raw character since the call marker — or since the section marker, while the section has
-no call yet — is kept in ``raw`` and goes back to content if the call turns out malformed,
-is cut off by the end of output or its JSON breaks (the call's events were held, see
-:mod:`parsers.calls`; the section is then abandoned: its end marker will be plain content
-too). The rest of the text is content again.
+Malformed output never raises and never loses text: until a call has *started* (its name
+read and valid; a JSON envelope's arguments past their ``{``), every raw character since
+the call marker — or since the section marker, while the section has no call yet — is kept
+in ``raw`` and goes back to content if the call turns out malformed (the section is then
+abandoned: its end marker will be plain content too). A started call streams: a cut or a
+break ends it not complete (:mod:`parsers.calls`) and the rest of the text is content
+again. With ``Calls.hold`` (opt-in) ``raw`` is kept until the call completes, and a call
+cut off or broken goes back to content whole.
 """
 
 from __future__ import annotations
@@ -311,8 +313,12 @@ class ToolStage:
         calls, body = self.calls, self.body
         calls.boundary = False
         new = body.feed(buf, pos, final, calls)
-        # raw text is kept until a call completes: until then it may still become content
-        self.raw.append(buf[pos:new])
+        # raw text is kept while it may still become content: until a call starts (with
+        # ``hold``, until it completes); a started call streams and is never taken back
+        if calls.hold or not (calls.boundary or calls.open):
+            self.raw.append(buf[pos:new])
+        else:
+            self.raw = []
         if self._settle():
             return new
         if body.status == MORE and not calls.boundary:

@@ -16,8 +16,10 @@ Values are raw text, typed by the tool's JSON schema (:mod:`parsers.schema`):
 
 Values end at the first end marker: there is no escaping layer in these formats, so a
 literal ``</parameter>`` inside a value cannot be told apart (case 12 notes). A brace in a
-value is just a character (case 15a). A call cut off by the end of output is not complete,
-and the framing machine gives its text back as content (issue 22, :mod:`parsers.calls`).
+value is just a character (case 15a). A call cut off by the end of output is not complete
+(:mod:`parsers.calls`): cut inside a value, the arguments end with the value's partial text
+(no closing quote or brace invented); cut between parameters, the object of whole values is
+closed (case 15c).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from enum import StrEnum
 
 from .calls import DONE, MORE, Calls, Status
 from .formats import attributes
+from .jsonstream import JsonValue
 from .scanner import find_marker
 from .schema import coerce, is_string_only
 
@@ -132,8 +135,24 @@ class XmlCall:
             self._cut(calls)
 
     def _cut(self, calls: Calls) -> None:
-        """The call stops before its end marker (end of output): it is not complete, so
-        it is no call (its text is content, :mod:`parsers.calls`); nothing is written."""
+        """The call stops before its end marker (end of output): it is not complete.
+        Cut inside a value, the arguments keep the text written so far — no closing
+        quote or brace is invented; a typed value is kept while it is still JSON (``4``,
+        ``tr``). Cut between parameters, every value the model wrote is whole and the
+        JSON object that translates them is closed (case 15c: never an unterminated
+        object where no value was cut)."""
+        if self.st != Slot.VALUE:
+            calls.args("}" if self.opened else "{}")
+        elif self.types is None:
+            if self.tail:
+                calls.args(json.dumps(self.tail)[1:-1])
+        else:
+            raw = (self.val[1:] if self.d.trim_newline and self.val.startswith("\n") else self.val).strip()
+            sub = JsonValue()
+            end, rel = sub.feed(raw)
+            text = rel + sub.cut() if end == len(raw) and not sub.error else ""
+            if text:
+                calls.args(self._prefix() + text)
         calls.end(complete=False)
         self.status = DONE
 

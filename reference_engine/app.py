@@ -10,8 +10,9 @@ Routes:
     GET  /metrics                       Prometheus text counters (``render_service_engine_*``)
     GET  /stats                         the same counters as JSON
 
-Each generate request runs `generation.run_job` in a worker thread; tokens reach the event
-loop through an asyncio queue as ``("tokens", ids, finish)`` items, then one
+Each generate request runs `generation.run_job` in a worker thread (on the event loop itself
+when the backend is ``instant``, a script without token delays, and no KV is fetched over
+HTTP); tokens reach the event loop through an asyncio queue as ``("tokens", ids, finish)`` items, then one
 ``("end", outcome, kv_transfer_params, metrics)`` or ``("error", OpenAIError)``. Abort,
 client disconnect and stream cancellation all set the job's ``cancel`` event, which the
 loop checks between tokens.
@@ -97,6 +98,8 @@ class RunningJob:
     advertise_host: str
     queue: asyncio.Queue
     cancel: threading.Event = field(default_factory=threading.Event)
+    ended: bool = False
+    """The job ran inline (`Engine.start`) and its whole output is in ``queue``."""
 
 
 class Engine:
@@ -136,9 +139,15 @@ class Engine:
         for key in (job.request_id, run.internal_id):
             self._jobs.setdefault(key, set()).add(run)
         self.count("requests")
+        # A backend that answers at once (a script without token delays) and a job that fetches
+        # no KV over HTTP run right here: no worker thread, no cross-thread wake-up per token.
+        inline = getattr(self.backend, "instant", False) and not (job.import_kv or job.pull_kv)
 
         def put(item: tuple) -> None:
-            loop.call_soon_threadsafe(run.queue.put_nowait, item)
+            if inline:
+                run.queue.put_nowait(item)
+            else:
+                loop.call_soon_threadsafe(run.queue.put_nowait, item)
 
         def work() -> None:
             try:
@@ -160,9 +169,16 @@ class Engine:
                 self.count("requests_failed")
                 put(("error", OpenAIError(500, f"generation failed: {exc.__class__.__name__}: {exc}")))
             finally:
-                loop.call_soon_threadsafe(self._forget, run)
+                if inline:
+                    self._forget(run)
+                else:
+                    loop.call_soon_threadsafe(self._forget, run)
 
-        loop.run_in_executor(self.executor, work)
+        if inline:
+            work()
+            run.ended = True
+        else:
+            loop.run_in_executor(self.executor, work)
         return run
 
     def _settle(self, run: RunningJob, outcome: Outcome) -> tuple[dict | None, dict | None]:
@@ -296,7 +312,8 @@ async def _watch_disconnect(request: Request, run: RunningJob) -> None:
 
 
 async def _collect(engine: Engine, req: wire.GenerateRequest, run: RunningJob, request: Request) -> Response:
-    watcher = asyncio.create_task(_watch_disconnect(request, run))
+    # a job that ran inline has queued its end already: no disconnect to watch for
+    watcher = None if run.ended else asyncio.create_task(_watch_disconnect(request, run))
     tokens: list[int] = []
     try:
         while True:
@@ -309,7 +326,8 @@ async def _collect(engine: Engine, req: wire.GenerateRequest, run: RunningJob, r
                 _, outcome, params, metrics = item
                 break
     finally:
-        watcher.cancel()
+        if watcher is not None:
+            watcher.cancel()
     job = run.job
     return JSONResponse(
         wire.generate_response(
@@ -368,8 +386,10 @@ async def _stream(req: wire.GenerateRequest, run: RunningJob) -> AsyncIterator[b
 async def generate(request: Request) -> Response:
     engine: Engine = request.app.state.engine
     try:
-        body = await read_json(request, engine.config.max_body_bytes)
+        body, prompt = checks.split_prompt(await read_json(request, engine.config.max_body_bytes))
         req = validate(wire.GenerateRequest, body)
+        if prompt is not None:
+            req.token_ids = prompt
         checks.check_enforceable(body)
         job = engine.make_job(req, request.headers.get("x-request-id"))
         checks.check_vllm_schema(body)  # and refuse what a real vLLM engine refuses that our checks let through
@@ -384,9 +404,9 @@ async def generate(request: Request) -> Response:
 async def abort_requests(request: Request) -> Response:
     engine: Engine = request.app.state.engine
     try:
-        body = orjson.loads(await request.body())
-    except orjson.JSONDecodeError:
-        return error_response(bad_request("Request body is not valid JSON", param="body"))
+        body = await read_json(request, engine.config.max_body_bytes)
+    except OpenAIError as err:
+        return error_response(err)
     ids = body.get("request_ids") if isinstance(body, dict) else None
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         return error_response(bad_request("request_ids must be a list of strings", param="request_ids"))

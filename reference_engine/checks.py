@@ -11,11 +11,15 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
 
 from render_service.errors import bad_request
 from render_service.wire.generate import GenerateRequest, SamplingParams
 
 from .backend import SamplingSpec
+from .fastschema import SurelyValid
 
 
 def _check(ok: bool, message: str, field: str) -> None:
@@ -60,19 +64,32 @@ def _generate_request_validator():
     return jsonschema.Draft202012Validator(json.loads(GENERATE_REQUEST_SCHEMA.read_text()))
 
 
+@functools.cache
+def _surely_valid() -> SurelyValid:
+    return SurelyValid(json.loads(GENERATE_REQUEST_SCHEMA.read_text()))
+
+
 def check_vllm_schema(body) -> None:
     """400 unless ``body`` is valid for vLLM 0.33's `GenerateRequest` schema (e.g. ``structured_outputs``
     with a null ``disable_any_whitespace``, which our own model would let through).
 
+    The usual body is vouched for by `fastschema.SurelyValid` (microseconds at any prompt
+    length); anything it cannot vouch for goes to jsonschema, which decides and words the error.
+
     Raises:
         OpenAIError: 400 naming the first offending field.
     """
+    fast, misses = _surely_valid(), []
+    if fast(body, misses):
+        return
     import jsonschema
 
     error = jsonschema.exceptions.best_match(_generate_request_validator().iter_errors(body))
-    if error is not None:
-        path = ".".join(str(p) for p in error.absolute_path) or None
-        raise bad_request(f"Not a valid vLLM 0.33 GenerateRequest: {path or 'body'}: {error.message[:300]}", param=path)
+    if error is None:
+        fast.remember(misses)
+        return
+    path = ".".join(str(p) for p in error.absolute_path) or None
+    raise bad_request(f"Not a valid vLLM 0.33 GenerateRequest: {path or 'body'}: {error.message[:300]}", param=path)
 
 
 # vLLM 0.33 `StructuredOutputsParams` fields that constrain output (the rest are options of these).
@@ -95,9 +112,32 @@ def check_enforceable(body: dict) -> None:
                           param="sampling_params.structured_outputs")
 
 
+_PROMPT = list[Annotated[int, msgspec.Meta(ge=0)]]
+
+
+def split_prompt(body: Any) -> tuple[Any, list[int] | None]:
+    """``(shape, prompt)``: when ``body["token_ids"]`` is a non-empty list of non-negative
+    ``int``s (what every engine client sends), ``shape`` is ``body`` with ``token_ids: [0]``
+    and ``prompt`` the list; else ``(body, None)``.
+
+    Such a prompt is valid for our `GenerateRequest` model, vLLM's schema and `check_request`
+    alike, so validating ``shape`` instead of ``body`` gives the same verdict and the same
+    error while the checks stay O(1) in the prompt length (one C-level pass here, msgspec's,
+    instead of three Python ones: a 9,000-token prompt cost 90 ms in jsonschema alone).
+    """
+    ids = body.get("token_ids") if type(body) is dict else None
+    if type(ids) is not list or not ids:
+        return body, None
+    try:  # strict: no bool, float or string passes for an int
+        prompt = msgspec.convert(ids, _PROMPT, strict=True)
+    except msgspec.ValidationError:
+        return body, None
+    return {**body, "token_ids": [0]}, prompt
+
+
 def check_request(req: GenerateRequest) -> None:
     """Request-level checks of the tokens-only handler. Raises `OpenAIError` 400."""
-    if any(t < 0 for t in req.token_ids):
+    if min(req.token_ids, default=0) < 0:
         raise bad_request("token_ids must be non-negative", param="token_ids")
     if req.output_mode != "tokens":
         raise bad_request(

@@ -136,12 +136,17 @@ class KVLeaseStore:
             return self._sweep_locked()
 
     def _sweep_locked(self) -> int:
+        # every lease is as long, so insertion order is expiry order: stop at the first live one
         now = self._clock()
-        dead = [h for h, (expiry, _) in self._items.items() if expiry <= now]
-        for h in dead:
+        dead = 0
+        for h, (expiry, _) in self._items.items():
+            if expiry > now:
+                break
+            dead += 1
+        for h in list(itertools.islice(self._items, dead)):
             del self._items[h]
-        self.expired += len(dead)
-        return len(dead)
+        self.expired += dead
+        return dead
 
     def __len__(self) -> int:
         with self._lock:

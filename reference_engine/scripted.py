@@ -157,6 +157,8 @@ class ScriptedBackend:
         self.eos_token_ids = settings["eos_token_ids"]
         self.max_model_len = settings["max_model_len"]
         self.token_delay = settings["token_delay"]
+        # no delay anywhere: a replay takes microseconds, so the engine runs it on its event loop
+        self.instant = not self.token_delay and not any(r.token_delay for r in self.responses)
         self.lock = contextlib.nullcontext()
         self._rr_lock = threading.Lock()
         self._rr_next = 0

@@ -100,20 +100,24 @@ def test_tool_choice_and_reasoning_gates(qwen, extra, finish, content):
     assert stream_view(chunks) == view
 
 
-def test_call_cut_off_by_length_is_content(qwen):
-    """Issue 22, one rule for every family: a call cut off by max_tokens inside its
-    arguments is content, its text as written (no tool_calls entry with broken JSON, as
-    vLLM's whole answers return it), the finish reason stays "length"; streamed == whole."""
+def test_call_cut_off_by_length_is_the_partial_call(qwen):
+    """Issue 40, one rule for every family: a call cut off by max_tokens inside its
+    arguments is the call as far as the model wrote it — streamed piece by piece, as vLLM
+    streams it — and the finish reason stays "length"; streamed == whole. The opt-in
+    ``cut_calls="content"`` of the parsers (issue 22) is not a request field."""
     text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par'
     ids = qtok().encode(text)
     d = Derender(qwen, prompt=qtok().encode(USER), extra={"chat_request": {"tools": TOOLS}})
     choice = d.whole([gen_choice(ids, "length")])["choices"][0]
     assert choice["finish_reason"] == "length"
-    assert not choice["message"].get("tool_calls") and choice["message"]["content"] == text
+    [call] = choice["message"]["tool_calls"]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Par'}
+    assert not choice["message"]["content"]
     chunks, _ = d.stream(token_chunks(ids, "token", "length"))
     deltas = [ch.get("delta") or {} for c in chunks for ch in c.get("choices", [])]
-    assert not any(delta.get("tool_calls") for delta in deltas)
-    assert "".join(delta.get("content") or "" for delta in deltas) == text
+    pieces = [tc["function"].get("arguments") or "" for delta in deltas for tc in delta.get("tool_calls") or []]
+    assert "".join(pieces) == '{"city": "Par' and sum(bool(p) for p in pieces) > 1
+    assert [ch.get("finish_reason") for c in chunks for ch in c.get("choices", [])][-1] == "length"
 
 
 def test_eos_is_not_text_and_stop_reason_follows_the_engine(smol):

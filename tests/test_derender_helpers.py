@@ -139,7 +139,10 @@ def token_chunks(ids: list[int], how: str | int, finish: str = "stop", stop_reas
 
 # -- views to compare ------------------------------------------------------------------
 def _args(s: str) -> Any:
-    return json.loads(s) if s else s
+    try:
+        return json.loads(s) if s else s
+    except ValueError:
+        return s  # a cut-off call's partial arguments (issue 40)
 
 
 def message_view(resp: dict, index: int = 0) -> dict:

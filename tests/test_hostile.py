@@ -1016,3 +1016,62 @@ def test_a_quiet_pipe_ends_with_an_error_event_and_done_at_shutdown():
         assert b'"code":503' in answer and b"data: [DONE]" in answer, answer[-400:]
         assert answer.endswith(b"0\r\n\r\n"), answer[-100:]
         assert proc.wait(30) is not None
+
+
+@pytest.mark.parametrize("route,where", [
+    ("/v1/chat/completions/derender", "generate_response"), ("/v1/completions/derender", "generate_responses"),
+    ("/v1/chat/completions/derender", "generate_chunk"), ("/v1/responses/derender", "generate_response"),
+])
+def test_a_long_engine_request_id_is_refused_not_echoed(smol_url, route, where):
+    """A derender's ``generate_response.request_id`` of 1 MiB was echoed whole into the
+    answer (and every chunk of a stream). Bounded generously: a client's id (512) with the
+    engine's prefixes and suffixes fits."""
+    from render_service.wire.limits import MAX_ENGINE_REQUEST_ID_CHARS, MAX_REQUEST_ID_CHARS
+
+    def body(rid: str) -> dict:
+        gen = {"request_id": rid, "choices": [{"index": 0, "token_ids": [28, 29], "finish_reason": "stop"}]}
+        extra = {"responses_request": {"input": "hi"}} if "responses" in route else {"chat_request": {"messages": []}}
+        if where == "generate_responses":
+            return {"generate_responses": [gen]}
+        return {where: gen, "stream": where == "generate_chunk", **extra}
+
+    r = httpx.post(smol_url + route, json=body("r" * (1 << 20)), timeout=30)
+    param = f"{where}.0.request_id" if where == "generate_responses" else f"{where}.request_id"
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text[:300]
+    assert len(r.content) < 2000
+    engine_id = "chatcmpl-generate-tokens-" + "r" * MAX_REQUEST_ID_CHARS + "-0-1234abcd"
+    assert len(engine_id) <= MAX_ENGINE_REQUEST_ID_CHARS
+    ok = httpx.post(smol_url + route, json=body(engine_id), timeout=30)
+    assert ok.status_code == 200, ok.text[:300]
+
+
+@pytest.mark.parametrize("route,request_field,n,where", [
+    ("/v1/chat/completions/derender", "chat_request", 1, "generate_response"),
+    ("/v1/chat/completions/derender", "chat_request", 2, "generate_chunk"),
+    ("/v1/completions/derender", "completion_request", 3, "generate_responses"),
+    ("/v1/completions/derender", "sampling_params", 2, "generate_chunk"),
+])
+def test_a_choice_index_past_n_is_refused(smol_url, route, request_field, n, where):
+    """An engine choice whose ``index`` is not below the ``n`` the body states (the client
+    request's or ``sampling_params``') was echoed into the answer; now a 400 naming it.
+    Indexes below ``n`` pass, and so do any when the body states no ``n``."""
+    limit = n
+
+    def body(indexes: list[int]) -> dict:
+        choices = [{"index": i, "token_ids": [28, 29], "finish_reason": "stop"} for i in indexes]
+        req = {"n": n}
+        if request_field == "chat_request":
+            req["messages"] = []
+        gen = {"choices": choices}
+        out = {"generate_responses": [gen]} if where == "generate_responses" else {where: gen, "stream": where == "generate_chunk"}
+        return {**out, request_field: req}
+
+    r = httpx.post(smol_url + route, json=body([0, limit]), timeout=30)
+    param = f"{where}.0.choices.1.index" if where == "generate_responses" else f"{where}.choices.1.index"
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text[:300]
+    assert f"n={limit}" in r.json()["error"]["message"]
+    ok = httpx.post(smol_url + route, json=body(list(range(limit))), timeout=30)
+    assert ok.status_code == 200, ok.text[:300]
+    unsaid = body([0, limit])
+    unsaid[request_field].pop("n")
+    assert httpx.post(smol_url + route, json=unsaid, timeout=30).status_code == 200

@@ -111,11 +111,22 @@ CUT = [  # (family, output cut off inside the arguments, the arguments the model
 
 
 @pytest.mark.parametrize("family,text,written", CUT, ids=[c[0] for c in CUT])
-def test_cut_off_call_is_content(family, text, written):
-    """Issue 22, one rule for every family: a call cut off inside its arguments is not a
-    call (its arguments would be broken JSON) but content, the text as written (Harmony:
-    the message body), streamed or not — what vLLM's whole answers return."""
+def test_cut_off_call_is_a_partial_call(family, text, written):
+    """Issue 40, one rule for every family: a call cut off inside its arguments is the call
+    as far as the model wrote it, not complete (nothing invented), streamed or not — what
+    vLLM streams; ``finish_reason`` stays ``length``."""
     spec = ParserSpec(tool=family, tools=TOOLS, reasoning="openai_gptoss" if family == "openai" else None)
+    events, msg = parse(spec, text)
+    assert calls(msg) == [("get_weather", written)] and ends(events) == [False]
+    assert msg.content is None
+
+
+@pytest.mark.parametrize("family,text,written", CUT, ids=[c[0] for c in CUT])
+def test_cut_off_call_is_content_on_request(family, text, written):
+    """The opt-in ``cut_calls="content"`` (issue 22's rule): the call is held until it
+    completes, and a cut one is content, the text as written (Harmony: the message body)."""
+    spec = ParserSpec(tool=family, tools=TOOLS, reasoning="openai_gptoss" if family == "openai" else None,
+                      cut_calls="content")
     events, msg = parse(spec, text)
     assert calls(msg) == [] and ends(events) == []
     assert msg.content == (written if family == "openai" else text)
@@ -124,14 +135,19 @@ def test_cut_off_call_is_content(family, text, written):
 @needs_shared
 @pytest.mark.parametrize("model,family", [("qwen3", "hermes"), ("llama-3.1-instruct", "llama3_json"),
                                           ("deepseek-v3.1", "deepseek_v31"), ("gpt-oss", "openai")])
-def test_cut_off_call_is_content_token_by_token(model, family):
-    """Issue 22 at the model's own token boundaries (its real tokenizer): the same content."""
+def test_cut_off_call_token_by_token(model, family):
+    """Issue 40 at the model's own token boundaries (its real tokenizer): the same partial
+    call; with the opt-in, the same content."""
     text, written = next((t, w) for f, t, w in CUT if f == family)
     spec = ParserSpec(tool=family, tools=TOOLS, reasoning="openai_gptoss" if family == "openai" else None)
     pieces = token_pieces(MODELS / model / "tokenizer.json", text)
     assert "".join(pieces) == text and len(pieces) > 5
+    events = run(spec, pieces)
+    assert coalesce(run(spec, [text])) == coalesce(events)
+    assert message_from_events(events).tool_calls[0].arguments == written
+    held = ParserSpec(**{**spec.to_dict(), "cut_calls": "content"})
     expected = [Content(written if family == "openai" else text)]
-    assert coalesce(run(spec, [text])) == coalesce(run(spec, pieces)) == expected
+    assert coalesce(run(held, [text])) == coalesce(run(held, pieces)) == expected
 
 
 @pytest.mark.parametrize("family,text,written", CUT, ids=[c[0] for c in CUT])
@@ -161,10 +177,14 @@ def test_malformed_arguments_are_not_a_call_with_empty_arguments(family, text):
     assert msg.content == text
 
 
-def test_json_breaking_mid_arguments_is_content():
+def test_json_breaking_mid_arguments_ends_the_call():
     text = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris" oops}}</tool_call> tail'
     events, msg = parse(ParserSpec(tool="hermes", tools=TOOLS), text)
-    assert calls(msg) == [] and ends(events) == []  # issue 22: a broken call is content
+    # issue 40: the streamed call ends where its JSON broke, the rest is content
+    assert calls(msg) == [("get_weather", '{"city": "Paris" ')] and ends(events) == [False]
+    assert msg.content == "oops}} tail"
+    events, msg = parse(ParserSpec(tool="hermes", tools=TOOLS, cut_calls="content"), text)
+    assert calls(msg) == [] and ends(events) == []  # the opt-in: a broken call is content
     assert msg.content == text
 
 

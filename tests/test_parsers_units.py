@@ -230,8 +230,8 @@ def test_restore_rejects_damaged_or_foreign_state():
 def test_finish_is_idempotent_and_feed_after_finish_is_an_error():
     parser = create_parser(ParserSpec(tool="hermes"))
     parser.feed('<tool_call>{"name": "f", "arguments": {"a": "b')
-    # issue 22: a call cut off is content, all of it (no invented '"}', no broken arguments)
-    assert parser.finish() == [Content('<tool_call>{"name": "f", "arguments": {"a": "b')]
+    # issue 40: the call streamed as written ends not complete (no invented '"}')
+    assert parser.finish() == [ToolCallEnd(0, complete=False)]
     assert parser.finish() == []
     with pytest.raises(ValueError):
         parser.feed("x")
@@ -243,8 +243,9 @@ def test_events_of_a_streamed_call():
     for piece in ['Hi <tool_call>{"na', 'me": "f", "argu', 'ments": {"a": "x', 'y"}}</tool_call>']:
         events += parser.feed(piece)
     events += parser.finish()
-    # the call's events are held until it completes (issue 22: a cut call is content)
-    assert events == [Content("Hi "), ToolCallStart(0, "f"), ToolCallArguments(0, '{"a": "xy"}'), ToolCallEnd(0)]
+    # the call streams as written (issue 40): its start once the arguments begin, then pieces
+    assert events == [Content("Hi "), ToolCallStart(0, "f"), ToolCallArguments(0, '{"a": "x'),
+                      ToolCallArguments(0, 'y"}'), ToolCallEnd(0)]
 
 
 def test_supported_md_lists_every_parser():

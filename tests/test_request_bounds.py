@@ -403,3 +403,46 @@ def test_driver_front_doors_refuse_the_same_bodies(driver_url, model, route, cha
     r = post(driver_url, DRIVE[route], {**base_body(route, model), **change(route)})
     assert r.status_code == 400, r.text[:300]
     assert "Recursion" not in r.text
+
+
+@pytest.fixture(scope="module")
+def padded_model(tmp_path_factory) -> Iterator[tuple[str, int, int]]:
+    """A render server on the default model's tokenizer with a config.json whose
+    ``vocab_size`` is padded past it (as Qwen3's 151,936 rows for 151,669 tokens):
+    ``(url, tokenizer's vocabulary, config.json's)``."""
+    from render_service.model import load_model
+
+    default = load_model(None)
+    hf = default.tokenizer.hf
+    tokens = hf.get_vocab_size(with_added_tokens=True)
+    folder = tmp_path_factory.mktemp("padded")
+    (folder / "chat_template.jinja").write_text(default.template_source)
+    hf.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
+    (folder / "config.json").write_text(json.dumps({"vocab_size": tokens + 64, "max_position_embeddings": 2048}))
+    with render_server(str(folder)) as base:
+        yield base, tokens, tokens + 64
+
+
+@pytest.mark.parametrize("route", [CHAT, COMPLETIONS])
+@pytest.mark.parametrize("field", ["logit_bias", "allowed_token_ids"])
+def test_token_ids_are_checked_against_the_models_vocab_size(padded_model, route, field):
+    """vLLM's engine bounds ``logit_bias`` and ``allowed_token_ids`` by config.json's
+    ``vocab_size`` (the model's logit rows), not the tokenizer's count: an id in the padding
+    passes, one past it is a 400 (``allowed_token_ids`` passed render unchecked), and an
+    empty ``allowed_token_ids`` (nothing to sample) is a 400 as at vLLM's engine."""
+    url, tokens, rows = padded_model
+    body = base_body(route, "")
+
+    def value(i: int):
+        return {str(i): 1} if field == "logit_bias" else [i]
+
+    ok = post(url, route, {**body, field: value(tokens + 5)})
+    assert ok.status_code == 200, ok.text[:300]
+    for bad in (rows, -1) if field == "logit_bias" else (rows,):
+        r = post(url, route, {**body, field: value(bad)})
+        assert r.status_code == 400 and error_of(r)["param"] == field, r.text[:300]
+        assert f"[0, {rows})" in error_of(r)["message"] or "-1" in error_of(r)["message"], r.text[:300]
+    if field == "allowed_token_ids":
+        r = post(url, route, {**body, field: []})
+        assert r.status_code == 400 and error_of(r)["param"] == field, r.text[:300]

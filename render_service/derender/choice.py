@@ -20,8 +20,9 @@ identically to both paths instead of only to the non-streaming one); calls get
 ``chatcmpl-tool-<16hex>`` ids unless the format carries its own (kimi_k2). A complete
 call's arguments are a JSON object by the parsers' event contract (``"{}"`` for a
 parameterless call, shared case 11 — checked for every family by the invariant tests);
-a call cut off inside its arguments reaches here as content (the parsers hold a call until
-it completes, issue 22), nothing is added here.
+a call streams as the parsers release it (issue 40: id and name first, then argument pieces);
+one cut off inside its arguments keeps the partial text (the finish reason stays ``length``),
+nothing is added here.
 
 Nothing in the state grows with output already sent: the detokenizer window, the
 stop-string hold-back, the parser's own unfinished state, and a few counters.

@@ -13,8 +13,9 @@ exact bytes came in before; ``validate`` gives such a field the value validated 
   Python's ``json.dumps`` spaces them, are the body byte for byte (after JSON whitespace
   around it; the compact layout is the shortest text of those members, so its length
   suffices): so the body has no duplicate key, nothing between members, and keys without
-  escapes, and orjson would see the same members (a body that does not pass goes through
-  ``orjson.loads`` whole, errors and all);
+  escapes, and orjson would see the same members (a body that does not pass, or nests past
+  Python's recursion limit, where msgspec's scan stops, goes through ``orjson.loads`` whole,
+  errors and all: `http.common.MAX_BODY_DEPTH`, as on every route);
 - a kept value is first looked for where ``"field":`` first appears in the bytes (by its
   first bytes, then compared whole; a whole JSON value is prefix-free, so equal bytes there
   are that value) and written ``0`` before the split, so its bytes are not scanned again:
@@ -293,6 +294,8 @@ def _members(data: bytes) -> dict[str, msgspec.Raw] | None:
     try:
         members = _MEMBERS.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    except RecursionError:  # msgspec recurses on Python's stack: orjson, whose limit every route has, decides
         return None
     keys = "".join(members)
     if not members or not keys.isascii():

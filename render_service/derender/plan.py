@@ -53,6 +53,7 @@ class Plan:
     response_template: dict | None = None     # the checkpoint's, for the hf/beam parsers
     top_logprobs: int | None = None
     return_token_ids: bool = False
+    n: int | None = None                       # choices the body says were asked for (indexes 0..n-1); None: not said
 
     @property
     def has_parser(self) -> bool:
@@ -128,6 +129,7 @@ def chat_plan(bundle: Any, config: ServeConfig, chat: ChatRequestFields | None, 
         top_logprobs=top,
         return_token_ids=bool(chat.return_token_ids) if chat is not None else False,
         response_template=getattr(bundle, "response_template", None),
+        n=_choice_count(chat, sampling),
     )
 
 
@@ -141,7 +143,17 @@ def completion_plan(bundle: Any, req: ChatRequestFields | None, sampling: Sampli
     if req is not None and isinstance(req.logprobs, int) and not isinstance(req.logprobs, bool) and req.logprobs >= 0:
         top = req.logprobs + 1
     return Plan(kind="completion", skip_special_tokens=skip, **_stop_fields(bundle, s), top_logprobs=top,
-                return_token_ids=bool(req.return_token_ids) if req is not None else False)
+                return_token_ids=bool(req.return_token_ids) if req is not None else False,
+                n=_choice_count(req, sampling))
+
+
+def _choice_count(req: ChatRequestFields | None, sampling: SamplingParams | None) -> int | None:
+    """The ``n`` the body states: the client request's, else the engine request's
+    ``sampling_params.n``; None when it states neither (a router may send a partial client
+    request: its engine choices are then taken as they come)."""
+    if req is not None and req.n is not None:
+        return req.n
+    return sampling.n if sampling is not None and "n" in sampling.model_fields_set else None
 
 
 def _stop_fields(bundle: Any, s: ChatRequestFields | SamplingParams | None) -> dict:

@@ -69,9 +69,10 @@ class Derenderer:
             raise bad_request(f"`{param}` has {len(ids)} ids; the limit is max_model_len={self.bundle.max_model_len}.", param)
         check_token_ids(ids, self.tok.vocab_size, param)
 
-    def check_response(self, gen: GenerateResponse, param: str, streaming: bool) -> None:
+    def check_response(self, gen: GenerateResponse, param: str, streaming: bool, n: int | None = None) -> None:
         """400 unless the generate response/chunk is within bounds (wire brief §1.6): choice
-        count, distinct indexes, non-empty ids when not streaming, ids in the vocabulary,
+        count, distinct indexes below the request's ``n`` (when known: `Plan.n`), non-empty
+        ids when not streaming, ids in the vocabulary,
         ``max_model_len``, and at most ``--max-logprobs`` candidates per position (plus the
         sampled token, which the engine lists first)."""
         if not streaming and not gen.choices:
@@ -84,6 +85,9 @@ class Derenderer:
             ids = ch.token_ids
             if ch.index in seen:
                 raise bad_request(f"Choice index {ch.index} appears twice.", f"{param}.choices.{i}.index")
+            if n is not None and ch.index >= n:
+                raise bad_request(f"Choice index {ch.index} is past the request's n={n} (indexes run from 0 to n-1).",
+                                  f"{param}.choices.{i}.index")
             seen.add(ch.index)
             if not streaming and not ids:
                 raise bad_request("A choice has no token_ids.", f"{param}.choices.{i}.token_ids")
@@ -111,10 +115,10 @@ class Derenderer:
     def chat(self, req: DerenderChatRequest) -> dict:
         """Non-streaming chat derender → ``ChatCompletionResponse`` dict."""
         gen = req.generate_response
-        self.check_response(gen, "generate_response", streaming=False)
+        plan = chat_plan(self.bundle, self.config, req.chat_request, req.parse_context, req.sampling_params)
+        self.check_response(gen, "generate_response", streaming=False, n=plan.n)
         prompt = req.prompt_token_ids if req.prompt_token_ids is not None else gen.prompt_token_ids
         self.check_prompt(prompt, "prompt_token_ids")
-        plan = chat_plan(self.bundle, self.config, req.chat_request, req.parse_context, req.sampling_params)
         choices = []
         for ch in gen.choices:
             delta = self._run_whole(plan, prompt, ch)
@@ -145,7 +149,7 @@ class Derenderer:
         plan = completion_plan(self.bundle, req.completion_request, req.sampling_params)
         choices, prompt_total, completion_total = [], 0, 0
         for r, gen in enumerate(req.generate_responses):
-            self.check_response(gen, f"generate_responses.{r}", streaming=False)
+            self.check_response(gen, f"generate_responses.{r}", streaming=False, n=plan.n)
             prompt = (req.prompt_token_ids[r] if req.prompt_token_ids else None) or gen.prompt_token_ids
             self.check_prompt(prompt, f"prompt_token_ids.{r}")
             prompt_total += self._prompt_tokens(req.prompt_tokens[r] if req.prompt_tokens else None, gen, prompt)
@@ -290,7 +294,7 @@ class StreamSession:
 
     def step(self, gen: GenerateResponse, streaming_keep_empty: bool) -> list[dict]:
         """Run the chunk's choices; returns OpenAI chunk choices (empty deltas kept or not)."""
-        self.d.check_response(gen, "generate_chunk", streaming=True)
+        self.d.check_response(gen, "generate_chunk", streaming=True, n=self.plan.n)
         if gen.request_id:
             self.rid = gen.request_id
         limit = self.d.bundle.max_model_len

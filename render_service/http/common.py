@@ -141,6 +141,9 @@ async def http_error_response(request: Request, exc: HTTPException) -> JSONRespo
     return JSONResponse(err.body(), status_code=err.status, headers=exc.headers)
 
 
+PARSED_BODY = "render_service.body"
+"""Scope key under which `read_json` leaves what it parsed (read by `session_key.echo`)."""
+
 INLINE_ENCODE_CHARS = 64 * 1024
 """New text a step on the event loop may encode (~16k tokens: about a millisecond)."""
 
@@ -213,12 +216,52 @@ async def read_json(request: Request, max_bytes: int, loads: Callable[[bytes], A
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return loads(chunks[0] if len(chunks) == 1 else b"".join(chunks))
-    except orjson.JSONDecodeError as exc:
-        raise bad_request(f"Request body is not valid JSON: {exc}") from None
+        out = parse_body(chunks[0] if len(chunks) == 1 else b"".join(chunks), loads)
     finally:
         if enabled:
             gc.enable()
+    # `KNOWN.parse` answers (value, bytes parsed anew): the value is what the session key reads
+    request.scope[PARSED_BODY] = out[0] if type(out) is tuple else out
+    return out
+
+
+MAX_BODY_DEPTH = 1024
+"""Deepest nesting of lists and objects in any body, on every route: orjson's own limit (it
+parses without Python recursion and refuses deeper text as ``depth limit exceeded``). A
+parser that recurses on Python's stack (msgspec's scan in `derender.known`) stops sooner,
+at Python's recursion limit, and hands the body to orjson, so the limit is this one
+wherever the body goes."""
+
+
+def parse_body(data: bytes, loads: Callable[[bytes], Any] = orjson.loads, what: str = "Request body") -> Any:
+    """The one parse of every client body (JSON routes through `read_json`, the derender
+    pipes' header line): what ``loads`` makes of ``data`` (``loads`` raises orjson's errors);
+    ``what`` names the bytes in the messages.
+
+    Raises:
+        OpenAIError: 400 for bytes that are not UTF-8 (saying so, with the first bad byte's
+        offset), for malformed JSON (orjson's message), and for nesting deeper than
+        `MAX_BODY_DEPTH` (orjson's, or a ``RecursionError`` of a parser that stops sooner),
+        never a 500.
+    """
+    try:
+        return loads(data)
+    except orjson.JSONDecodeError as exc:
+        if exc.msg.startswith("str is not valid UTF-8"):  # orjson says "surrogates not allowed" for any bad byte
+            raise bad_request(f"{what} is not UTF-8 (JSON text must be UTF-8, RFC 8259 §8.1): "
+                              f"{_utf8_error(data)}.") from None
+        raise bad_request(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise bad_request(f"{what} is not valid JSON: nested deeper than {MAX_BODY_DEPTH} levels.") from None
+
+
+def _utf8_error(data: bytes) -> str:
+    """Where ``data`` stops being UTF-8, in words."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"byte 0x{data[exc.start]:02x} at offset {exc.start} ({exc.reason})"
+    return "it holds a lone surrogate"
 
 
 def authorized(headers: list[tuple[bytes, bytes]], keys: tuple[str, ...]) -> bool:

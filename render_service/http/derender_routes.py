@@ -34,7 +34,7 @@ from ..derender.known import KnownBody, KnownFields
 from ..wire.derender import (ChatRequestFields, DerenderChatRequest, DerenderChatStreamRequest,
                              DerenderCompletionRequest, DerenderCompletionStreamRequest, PipeHeader)
 from .admission import refusal_headers
-from .common import AppContext, error_response, read_json, small_body
+from .common import AppContext, error_response, parse_body, read_json, small_body
 from ..wire.validate import validate
 
 log = logging.getLogger(__name__)
@@ -159,10 +159,7 @@ class PipeEndpoint:
                 return await self._error(send, OpenAIError(413, "The pipe header line is too long."))
         line, _, rest = buf.partition(b"\n")
         try:
-            try:
-                raw = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                raise bad_request("The first line of a pipe request must be a JSON header object.") from None
+            raw = parse_body(line, what="The first line of a pipe request (its JSON header object)")
             session = await self.ctx.run_cpu(self.open_session, raw)
         except OpenAIError as err:
             return await self._error(send, err)

@@ -31,6 +31,7 @@ from .admission import Admission, Overloaded, bad_request_id, send_error
 from .cancel import ClientWatch
 from .common import authorized, error_response, unauthorized
 from .metrics import RequestMetrics, ServiceMetrics, get_route_path
+from .session_key import echo as echo_session_key
 
 # vLLM guards /v1, /v2 and /inference; our short aliases of /v1 routes are guarded too.
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/render", "/derender")
@@ -143,6 +144,7 @@ class Front(RequestMetrics):
         request = Request(scope, receive)
         try:
             response = await endpoint(request)
+            echo_session_key(scope, response)  # a render route's answer names its conversation (issue 39)
         except Exception as exc:
             response = await self._handled(request, exc)
         await response(scope, receive, send)

@@ -65,6 +65,14 @@ class _TokenizerCacheCollector:
             counter = CounterMetricFamily(f"render_tokenizer_prefix_cache_{name}", f"prefix cache: {doc}")
             counter.add_metric([], prefix.get(name, 0))
             yield counter
+        # the same two figures under the service's prefix, the ones a multi-replica dashboard reads
+        # (issue 39): how much of each prompt a replica took from the turn before instead of tokenizing
+        for name, key, doc in (("reused", "reused_tokens", "prompt tokens taken from the agent-turn prefix "
+                                "cache (a turn before in this replica) instead of tokenized"),
+                               ("tokenized", "encoded_tokens", "prompt tokens tokenized anew")):
+            counter = CounterMetricFamily(f"render_service_prompt_tokens_{name}", doc)
+            counter.add_metric([], prefix.get(key, 0))
+            yield counter
         for name, doc in (("bytes", "bytes held"), ("entries", "prompts held")):
             gauge = GaugeMetricFamily(f"render_tokenizer_prefix_cache_{name}", f"prefix cache: {doc}")
             gauge.add_metric([], prefix.get(name, 0))

@@ -59,9 +59,20 @@ class ModelBundle:
     max_model_len: int
     template_source: str = ""                      # the chat template text the fingerprint covers
     tokenizer_config: dict = field(default_factory=dict)
+    # config.json's ``vocab_size`` (or its ``text_config``'s): the model's logit rows, which the
+    # engine checks ``logit_bias`` and ``allowed_token_ids`` against; None without a config.json
+    config_vocab_size: int | None = None
 
     _sanitizers: dict = field(default_factory=dict, repr=False)
     _fingerprint: str | None = field(default=None, repr=False)
+
+    @property
+    def vocab_size(self) -> int:
+        """The token ids the model has logits for, ``[0, vocab_size)``: config.json's
+        ``vocab_size`` (vLLM's ``ModelConfig.get_vocab_size()``, what its engine checks
+        ``logit_bias`` and ``allowed_token_ids`` against; often padded past the tokenizer:
+        151,936 for Qwen3-8B's 151,669 tokens), else the tokenizer's with its added tokens."""
+        return self.config_vocab_size or self.tokenizer.vocab_size
 
     @property
     def fingerprint(self) -> str:
@@ -177,6 +188,7 @@ def load_model(
         max_model_len=max_model_len or raw["max_model_len"] or _DEFAULT_MAX_MODEL_LEN,
         template_source=template_source or "",
         tokenizer_config=raw["tokenizer_config"],
+        config_vocab_size=raw.get("vocab_size"),
     )
 
 
@@ -267,6 +279,7 @@ def _from_dir(path: Path) -> dict[str, Any]:
         or CONFIG_CLASS_MAX_POSITIONS.get(text_config.get("model_type"))
         or CONFIG_CLASS_MAX_POSITIONS.get(model_config.get("model_type"))
     )
+    vocab_size = model_config.get("vocab_size") or text_config.get("vocab_size")
     if not max_len:
         tml = config.get("model_max_length")
         if isinstance(tml, (int, float)) and 0 < tml < 10**7:
@@ -278,6 +291,8 @@ def _from_dir(path: Path) -> dict[str, Any]:
         "generation_config": _read_json(path / "generation_config.json"),
         "max_model_len": max_len,
         "tokenizer_config": {k: v for k, v in config.items() if k not in ("added_tokens_decoder", "chat_template")},
+        "vocab_size": vocab_size if isinstance(vocab_size, int) and not isinstance(vocab_size, bool) and vocab_size > 0
+        else None,
     }
 
 

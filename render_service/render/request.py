@@ -113,10 +113,18 @@ def sampling_params(req: Any, bundle: ModelBundle, max_tokens: int, skip_special
     """`build_sampling_params` with the model's generation defaults and EOS ids.
 
     Raises:
-        OpenAIError: 400 for a ``logit_bias`` token id outside the vocabulary (vLLM's engine
-        refuses it; render knows the vocabulary, so the request fails before any engine work).
+        OpenAIError: 400 for a ``logit_bias`` or ``allowed_token_ids`` token id outside the
+        model's vocabulary (`ModelBundle.vocab_size`), or an empty ``allowed_token_ids``
+        (vLLM's engine refuses them; render knows the vocabulary, so the request fails before
+        any engine work).
     """
-    check_token_ids(logit_bias_ids(req.logit_bias), bundle.tokenizer.vocab_size, "logit_bias")
+    check_token_ids(logit_bias_ids(req.logit_bias), bundle.vocab_size, "logit_bias")
+    allowed = getattr(req, "allowed_token_ids", None)
+    if allowed is not None:
+        if not allowed:
+            raise bad_request("allowed_token_ids must not be empty (no token could be sampled).",
+                              param="allowed_token_ids")
+        check_token_ids(allowed, bundle.vocab_size, "allowed_token_ids")
     return build_sampling_params(
         req,
         max_tokens=max_tokens,

@@ -443,7 +443,10 @@ class PrefixCache:
         encoding, itself mostly the cached prompt's (`ids_json`); the caller may change it
         (the cache then stops using it) but gains nothing by copying it."""
         if self.max_bytes == 0 or len(text) < self.MIN_CHARS:
-            return self._encode(text)
+            ids = self._encode(text)
+            with self._lock:
+                self.encoded_tokens += len(ids)
+            return ids
         found = self._find(text)
         if found is None:
             # Its cuts are found when a later prompt first extends it (`_cuts`); until then it may
@@ -594,7 +597,7 @@ class PrefixCache:
 
     def stats(self) -> dict[str, int]:
         """Counters since creation (``hits``, ``misses``, ``evictions``, ``reused_tokens``,
-        ``encoded_tokens``, ``taken_over``: released id lists that became the next prompt's)
+        ``encoded_tokens`` (every prompt's, also those too short to be cached), ``taken_over``: released id lists that became the next prompt's)
         and current ``entries``, ``bytes`` (ids, text and the ids' JSON), ``max_bytes``."""
         with self._lock:
             return {"hits": self.hits, "misses": self.misses, "evictions": self.evictions,

@@ -44,6 +44,7 @@ class ChatRequestFields(ParseSource):
     logprob_token_ids: fail_fast_list(int) | None = None
     return_token_ids: bool | None = None
     stream_options: dict | None = None
+    n: Count | None = None                   # choices asked for: an engine choice's index is below it
 
 
 class ParseContext(ParseSource):

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
 
-from .limits import MAX_COUNT, PassThrough, check_nesting, fail_fast_list
+from .limits import MAX_COUNT, EngineRequestId, PassThrough, check_nesting, fail_fast_list
 from .openai import StreamOptions
 
 ENGINE_ID_PREFIX = "generate-tokens-"   # vLLM's engine-facing request id prefix (§1.8)
@@ -73,7 +73,7 @@ class SamplingParams(_NullIsDefault):
 class GenerateRequest(_NullIsDefault):
     """``GenerateRequest`` as far as a tokens-only engine reads it."""
 
-    request_id: str | None = None
+    request_id: EngineRequestId | None = None
     token_ids: fail_fast_list(int) = Field(min_length=1)
     sampling_params: SamplingParams = Field(default_factory=SamplingParams)
     model: str | None = None
@@ -137,7 +137,7 @@ class GenerateResponse(BaseModel):
     simply lacks the optional keys."""
 
     model_config = _LOOSE
-    request_id: str = ""
+    request_id: EngineRequestId = ""
     model: str | None = None
     created: Int64 | None = None
     usage: Usage | None = None

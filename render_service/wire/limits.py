@@ -40,6 +40,12 @@ into the engine request, every answer and every log line, so a 1 MiB one was ech
 whole (issue 25). Refused with a 400 rather than cut, because a cut id no longer matches the
 client's own records; vLLM 0.33 sets no bound. Ours are 36-45 characters."""
 
+MAX_ENGINE_REQUEST_ID_CHARS = 2 * MAX_REQUEST_ID_CHARS
+"""Longest ``request_id`` of an engine request or answer (``GenerateRequest``,
+``GenerateResponse``): a client's id (at most `MAX_REQUEST_ID_CHARS`) with vLLM's prefixes
+(``chatcmpl-``, ``generate-tokens-``) and suffixes (``-0-<8 hex>``, a router's own) fits
+with room to spare; a derender echoed a 1 MiB one whole into every chunk."""
+
 MAX_MESSAGES = 8192
 """Most chat ``messages``, Responses ``input`` items or Anthropic ``messages`` in one request
 (each is rendered through the template before the prompt's length can be judged)."""
@@ -145,6 +151,9 @@ def fail_fast_list(item: Any, **constraints: Any) -> Any:
 
 RequestId = Annotated[str, Field(max_length=MAX_REQUEST_ID_CHARS)]
 """A client's ``request_id``: at most `MAX_REQUEST_ID_CHARS` characters."""
+
+EngineRequestId = Annotated[str, Field(max_length=MAX_ENGINE_REQUEST_ID_CHARS)]
+"""An engine request's or answer's ``request_id``: at most `MAX_ENGINE_REQUEST_ID_CHARS`."""
 
 PassThrough = Annotated[dict[str, Any], AfterValidator(check_nesting)]
 """An object render or derender carries on without reading all of it (``kv_transfer_params``,

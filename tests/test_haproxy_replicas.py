@@ -1,0 +1,115 @@
+"""deploy/haproxy/haproxy.cfg as shipped, live: four `render-service serve` replicas behind the real
+HAProxy (Debian's package). Conversations that send no session header stay on one replica every
+turn (hashed on their opening), their answers echo the session key, the turns after the first are
+counted as reused on that replica, and every answer is token-identical to one server's (issue 39)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from cli_server import serve
+from conftest import REPO, free_port
+from render_service.http.session_key import session_key
+
+CONFIG = REPO / "deploy" / "haproxy" / "haproxy.cfg"
+INSTALL = "apt-get install -y haproxy"
+
+
+def haproxy() -> str:
+    """The haproxy binary; installed from Debian's packages under CI=true, else the test skips."""
+    found = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin")
+    if found is None and os.environ.get("CI") == "true":
+        subprocess.run(["apt-get", "update", "-qq"], check=True)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "haproxy"], check=True)
+        found = shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin:/usr/bin")
+    if found is None:
+        pytest.skip(f"haproxy is not installed ({INSTALL})")
+    return found
+
+
+@contextlib.contextmanager
+def proxy(binary: str, ports: list[int]):
+    """HAProxy running ``CONFIG`` in the foreground; yields its URL."""
+    port = free_port()
+    env = {**os.environ, "PROXY_PORT": str(port), **{f"R{i + 1}": str(p) for i, p in enumerate(ports)}}
+    proc = subprocess.Popen([binary, "-db", "-f", str(CONFIG)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, proc.stderr.read()
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            assert time.monotonic() < deadline, "haproxy did not come up"
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def counters(client: httpx.Client) -> dict[str, float]:
+    out = {}
+    for line in client.get("/metrics").text.splitlines():
+        name, _, value = line.partition(" ")
+        if name.startswith("render_service_prompt_tokens_") and name.endswith(("reused_total", "tokenized_total")):
+            out[name.removeprefix("render_service_prompt_tokens_").removesuffix("_total")] = float(value)
+    return out
+
+
+def conversation(n: int, turns: int) -> list[list[dict]]:
+    """The messages of each turn of agent conversation ``n`` (one system prompt for all: only the
+    first user message tells conversations apart, as in a fleet of one agent)."""
+    system = {"role": "system", "content": "You are a coding agent working in a large repository. " * 60}
+    messages = [system, {"role": "user", "content": f"Task {n}: fix the failing test number {n}."}]
+    out = [list(messages)]
+    for t in range(1, turns):
+        messages += [{"role": "assistant", "content": "", "tool_calls": [{
+                          "id": f"c{t}", "type": "function",
+                          "function": {"name": "read_file", "arguments": f"{{\"path\": \"src/m{n}_{t}.py\"}}"}}]},
+                     {"role": "tool", "tool_call_id": f"c{t}", "content": f"def f{t}(x):\n    return x + {t}\n" * 20}]
+        out.append(list(messages))
+    return out
+
+
+def test_conversations_without_a_session_header_stay_on_one_replica():
+    binary = haproxy()
+    with contextlib.ExitStack() as stack:
+        replicas = [stack.enter_context(serve())[0] for _ in range(4)]
+        ports = [client.base_url.port for client in replicas]
+        url = stack.enter_context(proxy(binary, ports))
+        client = stack.enter_context(httpx.Client(base_url=url, timeout=120))
+        before = [counters(r) for r in replicas]
+        conversations = [conversation(n, 4) for n in range(6)]
+        answers, where = {}, {}
+        for t in range(4):  # the conversations' turns interleaved, as concurrent agents send them
+            for n, turns in enumerate(conversations):
+                reply = client.post("/v1/chat/completions/render", json={"messages": turns[t]})
+                assert reply.status_code == 200, reply.text
+                assert reply.headers["x-session-id"] == session_key([], {"messages": turns[0]})
+                where.setdefault(n, set()).add(reply.headers["x-render-replica"])
+                answers[n, t] = reply.json()["token_ids"]
+        assert all(len(replica) == 1 for replica in where.values()), where
+        assert len(set.union(*where.values())) > 1  # and the conversations were spread
+        # every turn after the first took the turn before from its replica's prefix cache
+        grew = [{k: after[k] - b[k] for k in after} for after, b in zip((counters(r) for r in replicas), before)]
+        reused = sum(g["reused"] for g in grew)
+        assert reused >= sum(len(answers[n, t - 1]) * 0.8 for n in range(6) for t in range(1, 4))
+        assert reused + sum(g["tokenized"] for g in grew) == sum(len(ids) for ids in answers.values())
+        # token-identical to one server's answers (a fresh one: everything rendered cold)
+        with serve() as (alone, _):
+            for (n, t), ids in answers.items():
+                assert alone.post("/v1/chat/completions/render", json={"messages": conversations[n][t]}
+                                  ).json()["token_ids"] == ids
+        # a caller's key routes the same way on every turn and comes back as sent
+        keyed = {client.post("/render", json={"messages": turns}, headers={"X-Session-ID": "agent-7"}
+                             ).headers["x-render-replica"] for turns in conversations[0]}
+        assert len(keyed) == 1
