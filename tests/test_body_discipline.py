@@ -138,7 +138,7 @@ def servers() -> Iterator[dict[str, tuple[str, list[str]]]]:
     from render_service.driver.app import create_app as drive_app
     from render_service.driver.config import DriverConfig
     from render_service.driver.flow import Driver
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import build_app
 
     app, bundle, cfg = build_app(ServeConfig())
