@@ -47,7 +47,7 @@ def _chunk(ids: list[int], last: bool) -> dict:
 
 def stateless(prompt: list[int], ids: list[int]) -> tuple[list[float], list[int]]:
     """CPU seconds and state bytes per chunk, one token per chunk, through the app."""
-    from render_service.serve.config import ServeConfig
+    from render_service.config.serve import ServeConfig
     from render_service.serve.server import build_app
 
     app, _, _ = build_app(ServeConfig(model=str(QWEN), max_model_len=262144, reasoning_parser="qwen3",

@@ -38,7 +38,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from render_service.errors import OpenAIError, bad_request, not_found
-from render_service.http.common import JSONResponse, error_response, http_error_response, read_json, validate
+from render_service.http.common import JSONResponse, error_response, http_error_response, read_json
+from render_service.wire.validate import validate
 from render_service.wire import generate as wire
 from render_service.wire import sse
 

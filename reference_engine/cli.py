@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from render_service.serve.cli import add_log_level_argument, port_type
+from render_service.serve.flag_types import port_type
+from render_service.serve.flags import add_log_level_argument
 from .app import FAILURE_POLICIES, ROLES, EngineConfig, create_app
 from .backend import Backend
 

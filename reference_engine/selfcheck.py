@@ -155,7 +155,7 @@ def choose_buffers_once(model_path: str, n_threads: int) -> tuple[str, str]:
 
 
 def _child(model_path: str, n_threads: int, layout: str) -> None:
-    from .llama_backend import load_llama
+    from .llama_load import load_llama
 
     llm = load_llama(model_path, n_ctx=128, n_threads=n_threads, extra_buffers=layout == "extra")
     tokens = llm.tokenize(PROMPT, add_bos=True)

@@ -204,7 +204,7 @@ def test_a_host_that_cannot_be_listened_on_is_named(host, says):
 
 
 def test_a_tool_parser_without_auto_tool_choice_warns(caplog):
-    from render_service.serve.launch_compat import check_tool_parser_flags
+    from render_service.serve.preflight import check_tool_parser_flags
 
     with caplog.at_level("WARNING", logger="render_service"):
         check_tool_parser_flags("hermes", False)

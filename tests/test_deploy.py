@@ -98,12 +98,13 @@ def _serve_config():
     """The `ServeConfig` the Deployment's container runs with."""
     import argparse
 
-    from render_service.serve.cli import add_serve_parser, build_config
+    from render_service.serve.cli import add_serve_parser
+    from render_service.serve.flags import serve_config
 
     parser = argparse.ArgumentParser(exit_on_error=False)
     add_serve_parser(parser.add_subparsers())
     container = OBJECTS["Deployment"]["spec"]["template"]["spec"]["containers"][0]
-    return build_config(parser.parse_args(["serve", "--host", "0.0.0.0", "--port", "8000", *container["args"]])), container
+    return serve_config(parser.parse_args(["serve", "--host", "0.0.0.0", "--port", "8000", *container["args"]])), container
 
 
 def test_the_pod_serves_the_model_llm_d_routes():

@@ -23,7 +23,7 @@ pytestmark = needs_shared
 
 from render_service.doors.session import FrontDoorDerenderer, final_object  # noqa: E402
 from render_service.derender.service import Derenderer  # noqa: E402
-from render_service.http.common import validate  # noqa: E402
+from render_service.wire.validate import validate  # noqa: E402
 from render_service.doors.messages.render import render_messages  # noqa: E402
 from render_service.doors.responses.render import render_responses  # noqa: E402
 from render_service.doors.messages.wire import AnthropicMessagesRequest, DerenderMessagesRequest, DerenderMessagesStreamRequest

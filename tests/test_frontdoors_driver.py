@@ -29,7 +29,7 @@ from render_service.driver.app import create_app  # noqa: E402
 from render_service.driver.config import DriverConfig  # noqa: E402
 from render_service.driver.flow import Driver  # noqa: E402
 from render_service.http.app import create_app as create_render_app  # noqa: E402
-from render_service.http.common import validate  # noqa: E402
+from render_service.wire.validate import validate  # noqa: E402
 from render_service.doors.messages.render import render_messages  # noqa: E402
 from render_service.doors.responses.render import render_responses  # noqa: E402
 from render_service.doors.messages.wire import AnthropicMessagesRequest  

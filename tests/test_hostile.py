@@ -547,13 +547,14 @@ def test_auth_takes_the_first_header_and_lets_options_through(trusting):
 def test_vllm_api_key_environment_fallback(monkeypatch):
     import argparse
 
-    from render_service.serve.cli import add_serve_parser, build_config
+    from render_service.serve.cli import add_serve_parser
+    from render_service.serve.flags import serve_config
 
     parser = argparse.ArgumentParser()
     add_serve_parser(parser.add_subparsers())
     monkeypatch.setenv("VLLM_API_KEY", "from-env")
-    assert build_config(parser.parse_args(["serve"])).api_key == ("from-env",)
-    assert build_config(parser.parse_args(["serve", "--api-key", "flag"])).api_key == ("flag",)
+    assert serve_config(parser.parse_args(["serve"])).api_key == ("from-env",)
+    assert serve_config(parser.parse_args(["serve", "--api-key", "flag"])).api_key == ("flag",)
 
 
 # -- 8. shutdown: drive ends in-flight streams with an error event + [DONE], aborts engines --

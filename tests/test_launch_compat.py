@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from conftest import MODELS, SHARED, free_port, needs_shared
-from render_service.serve import cli
+from render_service.serve import cli, flags
 from render_service.serve.vllm_flags import VLLM_LAUNCH_RENDER_OPTIONS
 
 RECORDED = Path(__file__).resolve().parent / "fixtures" / "vllm" / "recorded" / "launch-render-flags.json"
@@ -74,20 +74,20 @@ def test_no_abbreviations():
 
 
 def test_vllm_spellings():
-    from render_service.serve import launch_compat
+    from render_service.serve import command_line
 
-    argv = launch_compat.normalize_flag_spelling(["serve", "m", "--max_model_len=4k", "--served_model_name", "a_b",
+    argv = command_line.normalize_flag_spelling(["serve", "m", "--max_model_len=4k", "--served_model_name", "a_b",
                                                   "--api-key", "k1", "k2", "--api-key", "k3"])
     args = _serve_parser().parse_args(argv)
     assert args.max_model_len == 4096 and args.served_model_name == ["a_b"] and args.api_key == ["k1", "k2", "k3"]
 
 
 def test_ignored_flags_are_named_once():
-    from render_service.serve import launch_compat
+    from render_service.serve import vllm_compat
 
     args = _serve_parser().parse_args(["serve", "m", "--tensor-parallel-size", "2", "--enforce-eager",
                                        "--gpu-memory-utilization", "0.8", "--host", "0.0.0.0"])
-    assert launch_compat.ignored_flags(args) == ["--enforce-eager", "--gpu-memory-utilization",
+    assert vllm_compat.ignored_flags(args) == ["--enforce-eager", "--gpu-memory-utilization",
                                                  "--tensor-parallel-size"]
 
 
@@ -234,7 +234,7 @@ def test_prompt_tokens_details_only_when_enabled():
 def _config(argv: list[str], monkeypatch):
     """The `ServeConfig` and namespace `render-service serve ARGV` would run with (nothing is started)."""
     seen = {}
-    monkeypatch.setattr(cli, "run_serve", lambda args: seen.update(args=args, config=cli.build_config(args)))
+    monkeypatch.setattr(cli, "run_serve", lambda args: seen.update(args=args, config=flags.serve_config(args)))
     assert cli.main(["serve", *argv]) == 0
     return seen["config"], seen["args"]
 
@@ -267,14 +267,14 @@ def test_bad_config_file_is_one_line(tmp_path, capsys, name, text, message):
 
 @pytest.mark.parametrize("argv", [["-O3"], ["-O", "3"], ["-O=2"], ["-Odecode"]])
 def test_optimization_level_shorthand(argv, monkeypatch):
-    from render_service.serve import launch_compat
+    from render_service.serve import vllm_compat
 
     _, args = _config(["m", *argv], monkeypatch)
-    assert launch_compat.ignored_flags(args) == ["--optimization-level"]
+    assert vllm_compat.ignored_flags(args) == ["--optimization-level"]
 
 
 def test_dotted_json_flags(monkeypatch):
-    from render_service.serve import launch_compat
+    from render_service.serve import vllm_compat
 
     config, args = _config(["m", "--limit-mm-per-prompt.image", "0", "--limit_mm_per_prompt.video=1",
                             "--compilation-config.level", "3", "--compilation_config.pass_config.fuse_norm", "true",
@@ -284,7 +284,7 @@ def test_dotted_json_flags(monkeypatch):
     assert config.limit_mm_per_prompt == {"image": 0, "video": 1}
     assert config.default_chat_template_kwargs["enable_thinking"] is False
     assert config.override_generation_config == {"temperature": 0.5}
-    assert launch_compat.ignored_flags(args) == ["--compilation-config"]
+    assert vllm_compat.ignored_flags(args) == ["--compilation-config"]
     assert json.loads(args.vllm_noop__compilation_config[1]) == {"level": 3, "pass_config": {"fuse_norm": True}}
     assert config.media_fetch_timeout == -1.5
 
@@ -330,23 +330,23 @@ def _not_served_argv(flag: dict) -> list[str]:
 @pytest.mark.parametrize("flag", [f for f in VLLM_FLAGS if f["options"][0] in __import__(
     "render_service.serve.vllm_flags", fromlist=["NOT_SERVED"]).NOT_SERVED], ids=lambda f: f["options"][0])
 def test_a_flag_we_do_not_serve_is_refused_with_one_line(flag):
-    from render_service.serve import launch_compat
+    from render_service.serve import vllm_compat
 
     argv = _not_served_argv(flag)
-    lines = launch_compat.refused_flags(_serve_parser().parse_args(["serve", "m", *argv]))
+    lines = vllm_compat.refused_flags(_serve_parser().parse_args(["serve", "m", *argv]))
     assert len(lines) == 1 and lines[0].startswith(argv[0]) and "not served by render-service (" in lines[0]
 
 
 def test_refused_flags_accept_the_value_we_serve():
     """vLLM's default (or the spelling that asks for what we do) is not refused: a command line
     that spells the defaults out still starts."""
-    from render_service.serve import launch_compat
+    from render_service.serve import vllm_compat
 
     argv = ["serve", "m", "--no-trust-request-mm-kwargs", "--response-role", "assistant", "--runner", "generate",
             "--enable-log-deltas", "--hf-overrides", "{}", "--ssl-cert-reqs", "0", "--disable-fastapi-docs",
             "--shutdown-timeout", "0.0", "--h11-max-header-count", "256"]
-    assert launch_compat.refused_flags(_serve_parser().parse_args(argv)) == []
-    refused = launch_compat.refused_flags(_serve_parser().parse_args(["serve", "m", "--enable-fastapi-docs",
+    assert vllm_compat.refused_flags(_serve_parser().parse_args(argv)) == []
+    refused = vllm_compat.refused_flags(_serve_parser().parse_args(["serve", "m", "--enable-fastapi-docs",
                                                                       "--disable-log-deltas"]))
     assert [line.split(":")[0] for line in refused] == ["--enable-fastapi-docs", "--disable-log-deltas"]
 
@@ -389,12 +389,11 @@ def test_anthropic_disabled_thinking_effort_names_the_effort(monkeypatch):
 
 
 def test_hub_flags_reach_the_hub_client(monkeypatch, tmp_path):
-    from render_service.serve import launch_compat
 
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     _, args = _config(["org/model", "--download-dir", str(tmp_path), "--hf-token", "hf_x"], monkeypatch)
-    launch_compat.apply_environment(args)
+    cli.apply_environment(args)
     import os
 
     assert os.environ["HF_HUB_CACHE"] == str(tmp_path) and os.environ["HF_TOKEN"] == "hf_x"
@@ -516,11 +515,11 @@ def test_lora_names_render_as_the_base_model_and_are_listed(tmp_path, monkeypatc
 
 @needs_shared
 def test_an_adapter_may_ship_a_copy_of_the_base_tokenizer(tmp_path):
-    from render_service.serve import launch_compat
+    from render_service.serve import lora
     from render_service.config.serve import ServeConfig
 
     copy = _adapter(tmp_path, "copy", **{"tokenizer.json": (MODELS / "qwen3" / "tokenizer.json").read_text()})
-    launch_compat.check_lora_modules(ServeConfig(model=str(MODELS / "qwen3"), lora_modules=(
+    lora.check_lora_modules(ServeConfig(model=str(MODELS / "qwen3"), lora_modules=(
         {"name": "x", "path": str(copy), "base_model_name": None},)))
 
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from conftest import serve_app
-from render_service.serve import cli
+from render_service.serve import cli, flags
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -38,7 +38,7 @@ def test_render_sample_is_what_the_server_answers():
     body = json.loads(re.search(r"-d '(.*?)'", curl, flags=re.S).group(1))
     sample = json.loads(_blocks("json")[0])
     try:
-        app, _, _ = build_app(cli.build_config(_serve_parser().parse_args(["serve"])))
+        app, _, _ = build_app(flags.serve_config(_serve_parser().parse_args(["serve"])))
     except StartupError as exc:  # the embedded model is a PyPI package
         pytest.skip(f"embedded model not available: {exc}")
     with serve_app(app) as url:
@@ -88,7 +88,7 @@ def test_derender_example_is_what_the_server_answers():
     assert claim, "the README no longer says what the derender example gives"
     assert body["prompt_token_ids"] == json.loads(_blocks("json")[0])["token_ids"], "not the render sample's prompt"
     try:
-        app, _, _ = build_app(cli.build_config(_serve_parser().parse_args(["serve"])))
+        app, _, _ = build_app(flags.serve_config(_serve_parser().parse_args(["serve"])))
     except StartupError as exc:  # the embedded model is a PyPI package
         pytest.skip(f"embedded model not available: {exc}")
     with serve_app(app) as url:

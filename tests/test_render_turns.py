@@ -90,11 +90,12 @@ def test_server_flag_turns_token_exact_history_on():
 
     import argparse
 
-    from render_service.serve.cli import add_serve_parser, build_config
+    from render_service.serve.cli import add_serve_parser
+    from render_service.serve.flags import serve_config
 
     parser = argparse.ArgumentParser()
     add_serve_parser(parser.add_subparsers(dest="command"))
-    config = build_config(parser.parse_args(["serve", str(MODELS / "qwen3"), "--token-exact-history"]))
+    config = serve_config(parser.parse_args(["serve", str(MODELS / "qwen3"), "--token-exact-history"]))
     assert config.token_exact_history
     tok = Tokenizer.from_file(str(MODELS / "qwen3" / "tokenizer.json"))
     with render_server(str(MODELS / "qwen3"), token_exact_history=True) as url:

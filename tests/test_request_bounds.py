@@ -169,11 +169,12 @@ def test_completions_derender_takes_no_more_responses_than_render_makes_prompts(
 def test_batch_bounds_follow_the_serve_flags():
     import argparse
 
-    from render_service.serve.cli import add_serve_parser, build_config
+    from render_service.serve.cli import add_serve_parser
+    from render_service.serve.flags import serve_config
 
     parser = argparse.ArgumentParser()
     add_serve_parser(parser.add_subparsers(dest="command"))
-    config = build_config(parser.parse_args(["serve", "--max-batch-prompts", "2", "--max-batch-prompt-length", "12"]))
+    config = serve_config(parser.parse_args(["serve", "--max-batch-prompts", "2", "--max-batch-prompt-length", "12"]))
     assert (config.max_batch_prompts, config.max_batch_prompt_length) == (2, 12)
     with render_server(max_batch_prompts=config.max_batch_prompts,
                        max_batch_prompt_length=config.max_batch_prompt_length) as small:

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from render_service.derender import stops as stops_module
-from render_service.derender.stops import MAX_STOP_CHARS, MAX_STOP_STRINGS, StopMatcher, check_stop_limits
+from render_service.derender.stops import StopMatcher
+from render_service.wire.limits import MAX_STOP_CHARS, MAX_STOP_STRINGS, check_stop_limits
 
 
 class NaiveStops:

@@ -18,7 +18,7 @@ from ..policy import model_skips_special_tokens, skip_special_tokens
 from ..wire.derender import ChatRequestFields, ParseContext, ParseSource
 from ..wire.generate import SamplingParams
 from ..wire.openai import stop_list
-from .stops import check_stop_limits
+from ..wire.limits import check_stop_limits
 
 MAX_CHOICES = 16384  # vLLM's VLLM_MAX_N_SEQUENCES
 

@@ -21,8 +21,8 @@ the deepest trie node with children on the failure chain), so the exported state
 the held text and a state from any replica resumes exactly. pyahocorasick was tried
 and not used: it keeps its automaton state private, and the held suffix needs it.
 
-Limits (checked before any automaton is built; vLLM has none, OpenAI allows 4 strings):
-at most `MAX_STOP_STRINGS` strings of at most `MAX_STOP_CHARS` characters each.
+Limits (checked before any automaton is built, `wire.limits.check_stop_limits`; vLLM has none, OpenAI
+allows 4 strings): at most `MAX_STOP_STRINGS` strings of at most `MAX_STOP_CHARS` characters each.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from ..wire.limits import MAX_STOP_CHARS, MAX_STOP_STRINGS, check_stop_limits  # noqa: F401  (re-exported)
+from ..wire.limits import check_stop_limits
 
 
 class _Automaton:

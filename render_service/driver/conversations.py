@@ -34,8 +34,6 @@ from ..continuity import HeldSequence
 if TYPE_CHECKING:
     from .legs import Leg
 
-FALLBACKS = ("no_history", "no_lease", "lease_expired", "instance_gone", "continuity_broken")
-
 
 def conversation_key(body: dict, headers: Mapping[str, str]) -> str | None:
     """Session-affinity key: body ``conversation_id``, ``X-Conversation-Id``, body

@@ -50,7 +50,7 @@ def _multimodal_renderer(bundle, config: ServeConfig, run_cpu):
     if not takes_media(model_config(config.model)):   # a text model: no processor module is imported
         return None
     from ..multimodal import MultimodalRenderer, load_processor
-    from ..multimodal.flags import from_serve_config
+    from ..multimodal.settings import from_serve_config
 
     processor = load_processor(config.model, bundle.tokenizer)
     if processor is None:

@@ -18,7 +18,6 @@ from starlette.responses import Response
 
 from ..config.serve import ServeConfig
 from ..errors import OpenAIError, bad_request
-from ..wire.validate import validate  # noqa: F401  (routes import it from here)
 from ..tokenizer.budget import ENCODE_BUDGET, OverBudget
 from .drain import Drain
 from .cancel import watch_client

@@ -34,7 +34,8 @@ from ..derender.known import KnownBody, KnownFields
 from ..wire.derender import (ChatRequestFields, DerenderChatRequest, DerenderChatStreamRequest,
                              DerenderCompletionRequest, DerenderCompletionStreamRequest, PipeHeader)
 from .admission import refusal_headers
-from .common import AppContext, error_response, parse_body, read_json, small_body, validate
+from .common import AppContext, error_response, parse_body, read_json, small_body
+from ..wire.validate import validate
 
 log = logging.getLogger(__name__)
 

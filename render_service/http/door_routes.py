@@ -31,7 +31,8 @@ from ..doors.session import FrontDoorDerenderer
 from ..errors import OpenAIError
 from ..render.media import MediaInput, chat_media_parts, load_media_input, mm_payload
 from ..render.request import new_request_id
-from .common import AppContext, JSONResponse, error_response, first_header, read_json, validate
+from .common import AppContext, JSONResponse, error_response, first_header, read_json
+from ..wire.validate import validate
 from .derender_routes import PipeEndpoint
 
 log = logging.getLogger(__name__)

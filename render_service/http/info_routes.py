@@ -19,7 +19,8 @@ from ..render import render_chat
 from ..render.request import check_prompt_chars
 from ..wire.limits import fail_fast_list
 from ..wire.openai import ChatCompletionRequest
-from .common import AppContext, JSONResponse, authorized, read_json, unauthorized, validate
+from .common import AppContext, JSONResponse, authorized, read_json, unauthorized
+from ..wire.validate import validate
 
 _STARTED = int(time.time())
 

@@ -16,7 +16,8 @@ from ..tokenizer.ids_json import dumps_answer, release
 from ..render.known_history import KNOWN
 from ..render.media import chat_media_parts, load_media_input, mm_payload
 from ..wire.openai import ChatCompletionRequest, CompletionRequest
-from .common import AppContext, JSONResponse, first_header, read_json, small_body, validate
+from .common import AppContext, JSONResponse, first_header, read_json, small_body
+from ..wire.validate import validate
 
 
 # Response header set when tool_choice required / named reaches the engine unconstrained (why, in words).

@@ -2,7 +2,7 @@
 
 Public surface:
 - `MultimodalRenderer` / `MultimodalConfig` (pipeline.py): parts → expanded token ids + ``features``;
-- `MediaPart`, `image_part`, `chat_media_part`, `anthropic_image_url` (parts.py): front-door parts;
+- `MediaPart`, `chat_media_part`, `anthropic_image_url` (parts.py): front-door parts;
 - `load_processor` (processors/): the family processor for a model directory, or None
   (`families.takes_media` says which without importing a processor).
 """
@@ -12,7 +12,7 @@ import importlib
 # Loaded on first use (PEP 562): a text model, `serve --help` and the flag table never pay for
 # Pillow, NumPy and numba.
 _HOMES = {
-    "MediaLimits": "media", "anthropic_image_url": "parts", "chat_media_part": "parts", "image_part": "parts",
+    "MediaLimits": "defaults", "anthropic_image_url": "parts", "chat_media_part": "parts",
     "LoadedItem": "pipeline", "MediaPart": "parts", "MultimodalConfig": "pipeline", "MultimodalRenderer": "pipeline",
     "FAMILIES": "processors", "load_processor": "processors",
 }

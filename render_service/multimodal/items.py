@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -54,14 +54,3 @@ def _nbytes(data: np.ndarray | list) -> int:
     if isinstance(data, np.ndarray):
         return data.nbytes
     return sum(x.nbytes if isinstance(x, np.ndarray) else 8 for x in data)
-
-
-@dataclass(frozen=True)
-class MediaItem:
-    """One media part of a request after hashing and processing, in prompt order."""
-
-    modality: str
-    mm_hash: str
-    processed: ProcessedItem
-    from_cache: bool = False
-    extra: dict = field(default_factory=dict)

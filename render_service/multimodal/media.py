@@ -21,32 +21,10 @@ import pybase64
 
 from ..errors import OpenAIError, bad_request
 from .ascii_view import ascii_bytes
+from .defaults import MediaLimits
 
 
 JPEG_SEQUENCE = "video/jpeg"   # data:video/jpeg;base64,<jpeg>,<jpeg>,... (vLLM's frame-sequence video)
-
-
-@dataclass(frozen=True)
-class MediaLimits:
-    """Operator limits on loading media (the `serve` flags of the same names).
-
-    Attributes:
-        allowed_local_media_path: directory ``file://`` URLs must lie under; None refuses them.
-        allow_remote: fetch ``http(s)://`` URLs at all.
-        allowed_domains: when non-empty, the only hostnames (exact match, as vLLM's
-            ``--allowed-media-domains``) a fetch or any of its redirects may reach; giving
-            them also allows remote fetches.
-        max_bytes: largest encoded media item, any source (bytes).
-        fetch_timeout_s: wall-clock bound on one remote fetch, connect to last byte (seconds).
-        max_redirects: redirects followed on a remote fetch.
-    """
-
-    allowed_local_media_path: str | None = None
-    allow_remote: bool = False
-    allowed_domains: tuple[str, ...] = ()
-    max_bytes: int = 20 * 1024 * 1024
-    fetch_timeout_s: float = 5.0
-    max_redirects: int = 3
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
   ``{"type": "video_url", "video_url": {"url": ...}, "uuid"?}``; with a ``uuid`` the URL may be
   absent or null (answered from the processor cache), as vLLM 0.33 parses them;
 - Responses ``input_image`` (``image_url`` string) and Anthropic Messages ``image`` blocks
-  (``source`` base64 or url) go through `image_part` / `anthropic_image_url`.
+  (``source`` base64 or url) go through `chat_media_part` / `anthropic_image_url`.
 """
 
 from __future__ import annotations
@@ -33,19 +33,6 @@ class MediaPart:
 
 
 CHAT_MEDIA_TYPES = {"image_url": "image", "video_url": "video", "input_image": "image"}
-
-
-def image_part(url: str | None, uuid: str | None = None, param: str | None = None) -> MediaPart:
-    """An image part from any front door: ``url`` a data:/file:///http(s) URL, or None with a ``uuid``.
-
-    Raises:
-        OpenAIError: 400 when neither a URL nor a uuid is given.
-    """
-    if url is not None and not isinstance(url, str):
-        raise bad_request("An image part's URL must be a string.", param)
-    if not url and uuid is None:
-        raise bad_request("An image part needs a URL (or a uuid of an image sent before).", param)
-    return MediaPart("image", url or None, None if uuid is None else str(uuid), param)
 
 
 def _url_of(value: Any) -> Any:

@@ -26,14 +26,14 @@ import httpx
 
 from ..errors import bad_request
 from .cache import CachedItem, ProcessorCache
-from .decode import DEFAULT_MAX_IMAGE_PIXELS, decode_jpeg_sequence, decode_rgb, decoded_size, read_header
+from .defaults import (DEFAULT_LIMIT_PER_PROMPT, DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_PROCESSOR_CACHE_GB, HASH_ALGORITHMS,
+                       MediaLimits)
+from .decode import decode_jpeg_sequence, decode_rgb, decoded_size, read_header
 from .hashing import image_hash, video_hash
 from .prompt_updates import check_non_overlapping, find_placeholders
-from .media import JPEG_SEQUENCE, MediaBytes, MediaLimits, load_file_url, load_media
+from .media import JPEG_SEQUENCE, MediaBytes, load_file_url, load_media
 from .parts import MediaPart
 from .video import decode_container, sample_for_processor
-
-MODALITIES = ("image", "video")
 
 
 async def _default_run_cpu(fn: Callable[..., Any], *args: Any) -> Any:
@@ -56,10 +56,10 @@ class MultimodalConfig:
 
     model_id: str
     limits: MediaLimits = field(default_factory=MediaLimits)
-    limit_per_prompt: dict[str, int] = field(default_factory=lambda: {"image": 32, "video": 4})
+    limit_per_prompt: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_LIMIT_PER_PROMPT))
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
-    cache_bytes: int = 4 << 30
-    hash_algorithm: str = "blake3"
+    cache_bytes: int = int(DEFAULT_PROCESSOR_CACHE_GB * (1 << 30))
+    hash_algorithm: str = HASH_ALGORITHMS[0]
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Media in render: a request's image/video parts → loaded items → expanded ids + ``features``.
 
-The chat front door (and Responses / Messages, through `render_service.multimodal.image_part`)
+The chat front door (and Responses / Messages, whose image parts become chat parts on the way)
 collects its media parts in prompt order, awaits `load_media_input` on the event loop (fetches
 are async, processing runs on the CPU pool), then hands the `MediaInput` to the synchronous
 renderer, which expands the template's placeholders with `MediaInput.expand` (vLLM 0.33:

@@ -17,7 +17,11 @@ from pathlib import Path
 
 from parsers import api as parsers_api
 
-from . import launch_compat
+from .generation import generation_config
+from .middleware import RequestIdHeaderMiddleware, RequestLogMiddleware
+from .preflight import load_plugin
+from .startup_check import StartupCheckError
+from .tls import tls_context
 from ..config.serve import ServeConfig
 from ..derender.state import MIN_SECRET_CHARS
 from ..model import ModelBundle, ModelLoadError, load_model
@@ -93,7 +97,7 @@ def load_bundle(config: ServeConfig, *, fast_build_now: bool = True) -> ModelBun
     model_config = bundle.generation_config
     if config.tokenizer and config.model and Path(config.model, "generation_config.json").is_file():
         model_config = json.loads(Path(config.model, "generation_config.json").read_text())
-    bundle.generation_config = launch_compat.generation_config(model_config, config)
+    bundle.generation_config = generation_config(model_config, config)
     if config.chat_template_content_format != "auto" and bundle.chat_template is not None:
         bundle.chat_template.content_format = config.chat_template_content_format
     return bundle
@@ -113,18 +117,18 @@ def build_app(config: ServeConfig, *, fast_build_now: bool = True):
         raise StartupError(f"--stream-state-secret / RENDER_SERVICE_STATE_SECRET must be at least {MIN_SECRET_CHARS} "
                            "characters (e.g. `openssl rand -hex 32`)")
     try:  # again here: each --workers process imports the plugins itself
-        launch_compat.load_plugin(config.tool_parser_plugin, "--tool-parser-plugin")
-        launch_compat.load_plugin(config.reasoning_parser_plugin, "--reasoning-parser-plugin")
-    except launch_compat.StartupCheckError as exc:
+        load_plugin(config.tool_parser_plugin, "--tool-parser-plugin")
+        load_plugin(config.reasoning_parser_plugin, "--reasoning-parser-plugin")
+    except StartupCheckError as exc:
         raise StartupError(str(exc)) from None
     bundle = load_bundle(config, fast_build_now=fast_build_now)
     config = resolve_parsers(config, bundle)
     app = create_app(bundle, config)
-    app.state.tls = launch_compat.tls_context(config)  # the handshake is the connection's (http/connections.py)
+    app.state.tls = tls_context(config)  # the handshake is the connection's (http/connections.py)
     if config.enable_log_requests:
-        app.add_middleware(launch_compat.RequestLogMiddleware, max_log_len=config.max_log_len)
+        app.add_middleware(RequestLogMiddleware, max_log_len=config.max_log_len)
     if config.enable_request_id_headers:
-        app.add_middleware(launch_compat.RequestIdHeaderMiddleware)
+        app.add_middleware(RequestIdHeaderMiddleware)
     if config.otlp_traces_endpoint:
         from ..telemetry import tracing
 

@@ -6,7 +6,7 @@ checks the two agree. Each row: (option strings, arity) with arity 0 for a switc
 value, or argparse's ``"+"`` / ``"*"`` / ``"?"``.
 
 Below the table, by hand: `NO_MEANING_HERE` and `NOT_SERVED`, the two kinds of flag
-`render-service serve` parses but does not honour (`launch_compat` explains the rule).
+`render-service serve` parses but does not honour (`vllm_compat` explains the rule).
 """
 
 VLLM_LAUNCH_RENDER_OPTIONS: tuple[tuple[tuple[str, ...], int | str], ...] = (

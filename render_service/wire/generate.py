@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
 
-from .limits import MAX_COUNT, MAX_NESTING, EngineRequestId, PassThrough, check_nesting, fail_fast_list  # noqa: F401  (re-exported)
+from .limits import MAX_COUNT, EngineRequestId, PassThrough, check_nesting, fail_fast_list
 from .openai import StreamOptions
 
 ENGINE_ID_PREFIX = "generate-tokens-"   # vLLM's engine-facing request id prefix (§1.8)
@@ -28,7 +28,7 @@ Int64 = Annotated[int, Field(ge=-(2**63), lt=2**63)]
 
 
 Nested = Annotated[Any, AfterValidator(check_nesting)]
-"""A pass-through value at most `MAX_NESTING` deep. Declared ``Nested | None``, pydantic's
+"""A pass-through value at most `wire.limits.MAX_NESTING` deep. Declared ``Nested | None``, pydantic's
 nullable schema answers null itself: the (Python) check runs only for a value (an engine
 chunk's nulls cost six Python calls per chunk when the whole field was checked)."""
 NestedDict = Annotated[dict, AfterValidator(check_nesting)]
