@@ -8,15 +8,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
-import time
 
 import httpx
 import pytest
 
+from bench.bench_replicas import haproxy as haproxy_running, reuse
 from cli_server import serve
-from conftest import REPO, free_port
+from conftest import REPO
 from render_service.http.session_key import session_key
 
 CONFIG = REPO / "deploy" / "haproxy" / "haproxy.cfg"
@@ -33,36 +32,6 @@ def haproxy() -> str:
     if found is None:
         pytest.skip(f"haproxy is not installed ({INSTALL})")
     return found
-
-
-@contextlib.contextmanager
-def proxy(binary: str, ports: list[int]):
-    """HAProxy running ``CONFIG`` in the foreground; yields its URL."""
-    port = free_port()
-    env = {**os.environ, "PROXY_PORT": str(port), **{f"R{i + 1}": str(p) for i, p in enumerate(ports)}}
-    proc = subprocess.Popen([binary, "-db", "-f", str(CONFIG)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, proc.stderr.read()
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-            assert time.monotonic() < deadline, "haproxy did not come up"
-            time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
-def counters(client: httpx.Client) -> dict[str, float]:
-    out = {}
-    for line in client.get("/metrics").text.splitlines():
-        name, _, value = line.partition(" ")
-        if name.startswith("render_service_prompt_tokens_") and name.endswith(("reused_total", "tokenized_total")):
-            out[name.removeprefix("render_service_prompt_tokens_").removesuffix("_total")] = float(value)
-    return out
 
 
 def conversation(n: int, turns: int) -> list[list[dict]]:
@@ -85,9 +54,10 @@ def test_conversations_without_a_session_header_stay_on_one_replica():
     with contextlib.ExitStack() as stack:
         replicas = [stack.enter_context(serve())[0] for _ in range(4)]
         ports = [client.base_url.port for client in replicas]
-        url = stack.enter_context(proxy(binary, ports))
+        url = stack.enter_context(haproxy_running(CONFIG.read_text(), ports, binary))
         client = stack.enter_context(httpx.Client(base_url=url, timeout=120))
-        before = [counters(r) for r in replicas]
+        urls = [str(r.base_url).rstrip("/") for r in replicas]
+        before = [reuse(u) for u in urls]
         conversations = [conversation(n, 4) for n in range(6)]
         answers, where = {}, {}
         for t in range(4):  # the conversations' turns interleaved, as concurrent agents send them
@@ -100,10 +70,10 @@ def test_conversations_without_a_session_header_stay_on_one_replica():
         assert all(len(replica) == 1 for replica in where.values()), where
         assert len(set.union(*where.values())) > 1  # and the conversations were spread
         # every turn after the first took the turn before from its replica's prefix cache
-        grew = [{k: after[k] - b[k] for k in after} for after, b in zip((counters(r) for r in replicas), before)]
-        reused = sum(g["reused"] for g in grew)
+        grew = [(a[0] - b[0], a[1] - b[1]) for a, b in zip((reuse(u) for u in urls), before)]
+        reused, tokenized = sum(g[0] for g in grew), sum(g[1] for g in grew)
         assert reused >= sum(len(answers[n, t - 1]) * 0.8 for n in range(6) for t in range(1, 4))
-        assert reused + sum(g["tokenized"] for g in grew) == sum(len(ids) for ids in answers.values())
+        assert reused + tokenized == sum(len(ids) for ids in answers.values())
         # token-identical to one server's answers (a fresh one: everything rendered cold)
         with serve() as (alone, _):
             for (n, t), ids in answers.items():
@@ -113,3 +83,18 @@ def test_conversations_without_a_session_header_stay_on_one_replica():
         keyed = {client.post("/render", json={"messages": turns}, headers={"X-Session-ID": "agent-7"}
                              ).headers["x-render-replica"] for turns in conversations[0]}
         assert len(keyed) == 1
+
+
+def test_the_bench_varies_only_what_it_says():
+    """bench/bench_replicas.py's configs: the shipped file with N server lines; its round-robin
+    phase drops the hash and the stick table (what a plain Service does), nothing else."""
+    from bench.bench_replicas import proxy_config
+
+    shipped = CONFIG.read_text()
+    two = proxy_config(2, False)
+    assert [line.split()[1] for line in two.splitlines() if line.strip().startswith("server ")] == ["r1", "r2"]
+    assert '127.0.0.1:"${R2}"' in two and "${R3}" not in two
+    assert proxy_config(4, False) == shipped
+    plain = proxy_config(4, True)
+    assert "balance roundrobin" in plain and "stick on" not in plain and "balance hash" not in plain
+    assert "hash-balance-factor 200" in proxy_config(4, False, 200)

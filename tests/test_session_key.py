@@ -7,6 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from bench.bench_replicas import reuse
 from conftest import render_server
 from render_service.http.session_key import session_key
 
@@ -87,22 +88,12 @@ def test_every_render_route_echoes_the_key(server):
         assert refused.status_code == 400 and "x-session-id" not in refused.headers
 
 
-def reuse_counters(client: httpx.Client) -> tuple[float, float]:
-    """``(reused, tokenized)`` prompt tokens from the replica's /metrics."""
-    values = {}
-    for line in client.get("/metrics").text.splitlines():
-        name, _, value = line.partition(" ")
-        if name in ("render_service_prompt_tokens_reused_total", "render_service_prompt_tokens_tokenized_total"):
-            values[name] = float(value)
-    return values["render_service_prompt_tokens_reused_total"], values["render_service_prompt_tokens_tokenized_total"]
-
-
 def test_reuse_counters_weigh_tokens_taken_from_the_turn_before(server):
     system = {"role": "system", "content": "You are a careful coding agent. " * 120}  # past the cache's 2048 chars
     turns = [[system, USER], [system, USER, CALL, RESULT]]
     with httpx.Client(base_url=server, timeout=60) as client:
-        before = reuse_counters(client)
+        before = reuse(server)
         lengths = [len(client.post("/render", json={"messages": m}).json()["token_ids"]) for m in turns]
-        reused, tokenized = (a - b for a, b in zip(reuse_counters(client), before))
+        reused, tokenized = (a - b for a, b in zip(reuse(server), before))
     assert reused + tokenized == sum(lengths)
     assert lengths[0] // 2 < reused < lengths[1]  # the second turn took most of the first's tokens

@@ -3,7 +3,8 @@
 In order: the API key (``--api-key``: 401 before anything is counted), then inside the
 request series (`metrics.RequestMetrics`) the ``X-Request-Id`` bound (400), admission at the
 door (503 before the body is read; in flight once the body is in: `admission`), the client
-watch (`cancel.ClientWatch`), and the route. A route whose path is exact and whose endpoint
+watch (`cancel.ClientWatch`), and the route; a render route's 200 gets the conversation's
+``X-Session-ID`` (`session_key.echo`). A route whose path is exact and whose endpoint
 is an async function (``request -> Response``) or a raw ASGI app (a pipe) is called straight
 from here, its exceptions answered by the app's handlers as Starlette would; any other
 request (a path with parameters, a 404 or 405, lifespan) goes through the Starlette app's

@@ -597,8 +597,8 @@ class PrefixCache:
 
     def stats(self) -> dict[str, int]:
         """Counters since creation (``hits``, ``misses``, ``evictions``, ``reused_tokens``,
-        ``encoded_tokens`` (every prompt's, also those too short to be cached), ``taken_over``: released id lists that became the next prompt's)
-        and current ``entries``, ``bytes`` (ids, text and the ids' JSON), ``max_bytes``."""
+        ``encoded_tokens`` (every prompt's, also those too short to be cached), ``taken_over``:
+        released id lists that became the next prompt's) and current ``entries``, ``bytes`` (ids, text and the ids' JSON), ``max_bytes``."""
         with self._lock:
             return {"hits": self.hits, "misses": self.misses, "evictions": self.evictions,
                     "reused_tokens": self.reused_tokens, "encoded_tokens": self.encoded_tokens,
