@@ -40,12 +40,16 @@ def context_length(value: str) -> int:
     return number
 
 
+def _read(value: str, kind: type, what: str):
+    try:
+        return kind(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not {what}: {value!r}") from None
+
+
 def positive_float(value: str) -> float:
     """A finite number above 0."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    number = _read(value, float, "a number")
     if not number > 0 or number == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {value}")
     return number
@@ -53,10 +57,7 @@ def positive_float(value: str) -> float:
 
 def positive(value: str) -> int:
     """A whole number, at least 1."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    number = _read(value, int, "a whole number")
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
     return number
