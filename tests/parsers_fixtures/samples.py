@@ -139,6 +139,10 @@ SAMPLES: list[tuple[str, ParserSpec, str]] = [
     ("pythonic-positional", spec("pythonic"), '[get_weather("Paris")]'),
     ("pythonic-unknown", spec("pythonic"), "[rm(path='/')]"),
     ("pythonic-cut", spec("pythonic"), '[get_weather(city="Paris"), search(query="ha'),
+    # issue 40: Python escapes, triple quotes, concatenated strings, literals, a keyword key, streamed
+    ("pythonic-escapes", spec("pythonic"), '[search(query="x\\n\\\'q\\\' \\x41\\u00e9\\N{BULLET}\\101\\0 é", filters=\'\'\'tri"ple\'\'\' "cat" \'enated\', limit=[1, (2, 3), {"k": None}], from=True,), noop(a = \'line\nbreak\', b=-1.5e3)]'),
+    ("pythonic-cut-in-escape", spec("pythonic"), '[search(query="a\\u00'),
+    ("pythonic-broken-after-start", spec("pythonic"), '[search(query="a" limit=1)] tail'),
     ("pythonic-after", spec("pythonic"), "[noop()] and then text"),
     ("llama4-pythonic", spec("llama4_pythonic"), '<|python_start|>[get_weather(city="Rome")]<|python_end|>'),
     # mistral
@@ -297,7 +301,10 @@ EXPECTED = {
     'pythonic-prose': (None, '[Note] this is not a call', []),
     'pythonic-positional': (None, '[get_weather("Paris")]', []),
     'pythonic-unknown': (None, None, [('rm', '{"path": "/"}')]),
-    'pythonic-cut': (None, ', search(query="ha', [('get_weather', '{"city": "Paris"}')]),
+    'pythonic-escapes': (None, None, [('search', '{"query": "x\\n\'q\' Aé•A\\u0000 é", "filters": "tri\\"plecatenated", "limit": [1, [2, 3], {"k": null}], "from": true}'), ('noop', '{"a": "line\\nbreak", "b": -1500.0}')]),
+    'pythonic-cut-in-escape': (None, None, [('search', '{"query": "a')]),
+    'pythonic-broken-after-start': (None, 'limit=1)] tail', [('search', '{"query": "a')]),
+    'pythonic-cut': (None, None, [('get_weather', '{"city": "Paris"}'), ('search', '{"query": "ha')]),
     'pythonic-after': (None, ' and then text', [('noop', '{}')]),
     'llama4-pythonic': (None, None, [('get_weather', '{"city": "Rome"}')]),
     'mistral-v11': (None, None, [('get_weather', '{"city": "Paris"}'), ('noop', '{}')]),
