@@ -216,6 +216,11 @@ def _samples(spec, rt) -> list:
      '<|tool_call>call:noop{}<tool_call|>'),
     ("gemma4-bare-opener", spec("gemma4"), '<|tool_call>:get_weather{city:<|"|>Oslo<|"|>}<tool_call|>'),
     ("gemma4-cut", spec("gemma4"), '<|tool_call>call:get_weather{city:<|"|>Par'),
+    # issue 40: streamed string values with quotes, backslashes, newlines, braces; cuts in nested and bare values
+    ('gemma4-streamed', spec('gemma4'), '<|tool_call>call:search{query:<|"|>say "hi", then \\ and\nnewline } ,<|"|>,filters:{tags:[<|"|>a]b<|"|>,1],k:<|"|>{x}<|"|>},limit:2}<tool_call|>'),
+    ('gemma4-cut-nested', spec('gemma4'), '<|tool_call>call:search{query:<|"|>q<|"|>,filters:{tags:[<|"|>a'),
+    ('gemma4-cut-bare', spec('gemma4'), '<|tool_call>call:get_weather{city:<|"|>Oslo<|"|>,days:1'),
+    ('functiongemma-streamed', spec('functiongemma'), '<start_function_call>call:search{query:<escape>x, y}<escape>,limit:1.5}<end_function_call>'),
     ("functiongemma", spec("functiongemma"),
      "<start_function_call>call:get_weather{city:<escape>Paris<escape>,days:2}<end_function_call>"),
     # MiniMax M3 nested elements
@@ -462,6 +467,10 @@ FAMILY_EXPECTED = {
     'olmo3-prose': (None, '<function_calls>not a call at all</function_calls> ok', []),
     'gemma4': ('Need weather.', 'Sure.', [('get_weather', '{"city": "Paris, {FR}", "days": 3, "metric": true}')]),
     'gemma4-nested': (None, None, [('search', '{"query": "a:b", "filters": {"tags": ["x", "2"], "deep": {"k": "null"}}, "limit": 2.5}'), ('noop', '{}')]),
+    'gemma4-streamed': (None, None, [('search', '{"query": "say \\"hi\\", then \\\\ and\\nnewline } ,", "filters": {"tags": ["a]b", "1"], "k": "{x}"}, "limit": 2}')]),
+    'gemma4-cut-nested': (None, None, [('search', '{"query": "q"}')]),
+    'gemma4-cut-bare': (None, None, [('get_weather', '{"city": "Oslo"}')]),
+    'functiongemma-streamed': (None, None, [('search', '{"query": "x, y}", "limit": 1.5}')]),
     'gemma4-cut': (None, None, [('get_weather', '{"city": "Par')]),
     'functiongemma': (None, None, [('get_weather', '{"city": "Paris", "days": 2}')]),
     'minimax-m3': ('Plan', None, [('search', '{"query": "hi</q>", "filters": {"tags": {"item": "a"}}, "limit": 5}')]),
