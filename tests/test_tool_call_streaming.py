@@ -108,16 +108,10 @@ def test_long_call_streams_through_the_doors(qwen, call_ids, kind):
     ids = call_ids + [151645]
     d = Derender(qwen, prompt=bundle("qwen3").tokenizer.encode(USER),
                  extra={f"{kind}_request": DOOR_REQUESTS[kind]}, path=f"/v1/{kind}/derender")
-    state, pieces = None, []
-    for k, gen in enumerate(token_chunks(ids, "token")):
-        body = {"stream": True, "generate_chunk": {"request_id": "generate-tokens-chatcmpl-t", **gen},
-                "stream_state": state, "prompt_token_ids": d.prompt, **d.extra}
-        r = d.post(body)
-        assert r.status_code == 200, r.text
-        out = r.json()
-        state = out["stream_state"]
-        kind_of, text_of = ARGUMENT_EVENTS[kind]
-        pieces += [(k, text_of(e)) for e in out["events"] if e["type"] == kind_of and text_of(e)]
+    answers, _ = d.stream(token_chunks(ids, "token"), key="events")
+    kind_of, text_of = ARGUMENT_EVENTS[kind]
+    pieces = [(k, text_of(e)) for k, events in enumerate(answers) for e in events
+              if e["type"] == kind_of and text_of(e)]
     assert len({k for k, _ in pieces}) >= 100 and pieces[0][0] <= 16
     args = json.loads("".join(p for _, p in pieces))
     assert args["path"] == "/tmp/module.py" and len(args["content"]) > 3000
