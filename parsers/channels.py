@@ -86,7 +86,7 @@ class ChannelStage:
         return self.calls.take()
 
     def finish(self) -> list[Event]:
-        """End of output; returns the last events (a cut-off call is content, parsers.calls)."""
+        """End of output; returns the last events (a cut-off call ends not complete, parsers.calls)."""
         self._run(self.buf, final=True)
         if self.st == MSG:
             self._end_message(cut=True)
