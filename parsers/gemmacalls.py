@@ -95,7 +95,27 @@ class GemmaCall:
                 value = raw if not types or is_string_only(types) else json.loads(coerce(raw, types))
                 calls.args(self._prefix() + json.dumps(value, ensure_ascii=False))
                 self.slot, pos = Slot.AFTER, j
-            elif c in _WS or (c == "," and slot == Slot.KEY):
+            elif slot == Slot.KEY:
+                if not self.cur and (c in _WS or c == ","):
+                    pos += 1
+                    continue
+                if c == "}":  # the call's end (a key cut short before it is dropped)
+                    self.cur = ""
+                    self._close(calls)
+                    return pos + 1
+                i, stop = text.find(":", pos), text.find("}", pos)
+                if stop >= 0 and (i < 0 or stop < i):
+                    self.cur += text[pos:stop]
+                    pos = stop
+                    continue
+                if i < 0:
+                    self.cur += text[pos:]
+                    return n
+                key, self.cur = (self.cur + text[pos:i]).strip(), ""
+                if key.startswith(q) and key.endswith(q) and len(key) >= 2 * len(q):
+                    key = key[len(q):-len(q)]
+                self.key, self.slot, pos = json.dumps(key, ensure_ascii=False), Slot.VALUE, i + 1
+            elif c in _WS:
                 pos += 1
             elif slot == Slot.VALUE:
                 if text.startswith(q, pos):
@@ -107,25 +127,11 @@ class GemmaCall:
                     self.slot, self.depth, self.inq = Slot.NEST, 0, False
                 else:
                     self.slot = Slot.BARE
-            elif c == "}":  # the call's end (a key cut short before it is dropped)
+            elif c == "}":  # the call's end
                 self._close(calls)
                 return pos + 1
-            elif slot == Slot.AFTER:  # a ',' (or, missing, the next key)
+            else:  # AFTER: a ',' (or, missing, the next key)
                 self.slot, pos = Slot.KEY, pos + (c == ",")
-            else:  # KEY
-                i = text.find(":", pos)
-                stop = text.find("}", pos)
-                if 0 <= stop < (i if i >= 0 else n):
-                    self.cur += text[pos:stop]
-                    pos = stop
-                    continue
-                if i < 0:
-                    self.cur += text[pos:]
-                    return n
-                key, self.cur = (self.cur + text[pos:i]).strip(), ""
-                if key.startswith(q) and key.endswith(q) and len(key) >= 2 * len(q):
-                    key = key[len(q):-len(q)]
-                self.key, self.slot, pos = json.dumps(key, ensure_ascii=False), Slot.VALUE, i + 1
         return pos
 
     def _nested(self, text: str, pos: int, final: bool, calls: Calls) -> int:
@@ -218,7 +224,7 @@ def _array(text: str, i: int, q: str) -> tuple[list, int]:
         i = _skip(text, i)
         if i >= len(text):
             return out, i
-        if text[i] == "]":
+        if text[i] in "]}":  # (a mismatched closer ends it too: never a value read in place)
             return out, i + 1
         value, i = _value(text, i, q, None)
         out.append(value)

@@ -216,6 +216,8 @@ def _samples(spec, rt) -> list:
      '<|tool_call>call:noop{}<tool_call|>'),
     ("gemma4-bare-opener", spec("gemma4"), '<|tool_call>:get_weather{city:<|"|>Oslo<|"|>}<tool_call|>'),
     ("gemma4-cut", spec("gemma4"), '<|tool_call>call:get_weather{city:<|"|>Par'),
+    ('gemma4-blank-in-key', spec('gemma4'), '<|tool_call>call:search{que ry :<|"|>x<|"|>, lim it:2}<tool_call|>'),
+    ('gemma4-mismatched-closer', spec('gemma4'), '<|tool_call>call:search{query:[},limit:1}<tool_call|>'),
     # issue 40: streamed string values with quotes, backslashes, newlines, braces; cuts in nested and bare values
     ('gemma4-streamed', spec('gemma4'), '<|tool_call>call:search{query:<|"|>say "hi", then \\ and\nnewline } ,<|"|>,filters:{tags:[<|"|>a]b<|"|>,1],k:<|"|>{x}<|"|>},limit:2}<tool_call|>'),
     ('gemma4-cut-nested', spec('gemma4'), '<|tool_call>call:search{query:<|"|>q<|"|>,filters:{tags:[<|"|>a'),
@@ -471,6 +473,8 @@ FAMILY_EXPECTED = {
     'gemma4-cut-nested': (None, None, [('search', '{"query": "q"}')]),
     'gemma4-cut-bare': (None, None, [('get_weather', '{"city": "Oslo"}')]),
     'functiongemma-streamed': (None, None, [('search', '{"query": "x, y}", "limit": 1.5}')]),
+    'gemma4-blank-in-key': (None, None, [('search', '{"que ry": "x", "lim it": "2"}')]),
+    'gemma4-mismatched-closer': (None, None, [('search', '{"query": [], "limit": 1}')]),
     'gemma4-cut': (None, None, [('get_weather', '{"city": "Par')]),
     'functiongemma': (None, None, [('get_weather', '{"city": "Paris", "days": 2}')]),
     'minimax-m3': ('Plan', None, [('search', '{"query": "hi</q>", "filters": {"tags": {"item": "a"}}, "limit": 5}')]),
