@@ -238,7 +238,7 @@ class ToolStage:
         return kind
 
     def _in_section(self, buf: str, pos: int, final: bool) -> int | None:
-        if self.fmt.section_body:  # a JSON object right inside the section is a call
+        if self.fmt.section_body and self._blank_in_section():  # a JSON object right inside is a call
             j = _skip_blanks(buf, pos)
             if j < len(buf) and buf[j] == "{":
                 if self._empty_section():
@@ -425,10 +425,19 @@ class ToolStage:
         tool-calls section; its markers are not answer text); with text, it was not a
         tool section and all of it is content."""
         raw = "".join(self.raw)
-        inner = next((raw[len(m):] for m in self.fmt.section_begin if raw.startswith(m)), raw)
-        if inner.strip(_WS) or self.gave:  # (its marker is content already: so is its end)
+        if self._inner(raw).strip(_WS) or self.gave:  # (its marker is content already: so is its end)
             self._content(raw + end)
         self.raw = []
+
+    def _inner(self, raw: str) -> str:
+        """``raw`` without the section marker it starts with."""
+        return next((raw[len(m):] for m in self.fmt.section_begin if raw.startswith(m)), raw)
+
+    def _blank_in_section(self) -> bool:
+        """Only blanks since the section began or its last call (whatever the chunking)."""
+        if self._empty_section() and not self.gave:
+            return not self._inner("".join(self.raw)).strip(_WS)
+        return not self.said
 
     def _empty_section(self) -> bool:
         return self.calls.index == self.sec0 and not self.calls.open

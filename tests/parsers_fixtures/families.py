@@ -386,6 +386,8 @@ def _issue22(spec) -> list:
      dsml("function_calls", f'<{DSML}invoke name="get_weather">\n{{"city": "Paris", "days": 3}}\n</{DSML}invoke>\n')),
     ("dsml-self-closing", spec("deepseek_v4"),
      dsml("tool_calls", f'<{DSML}invoke name="noop"/>\n', dsml_invoke("get_weather", ("city", "true", "Oslo")))),
+    # issue 40: a JSON envelope after text in the section is text, whatever the chunking
+    ('dots-text-before-json', spec('dots'), '<dots_function_call>note {"name": "noop", "arguments": {}}</dots_function_call> ok'),
     ("dots-json-envelope", spec("dots"),
      '<dots_function_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</dots_function_call>'),
     ("lfm2-json-list", spec("lfm2"),
@@ -444,6 +446,7 @@ FAMILY_EXPECTED = {
     'dsml-unknown': (None, '<｜DSML｜function_calls>\n<｜DSML｜invoke name="rm_rf">\n<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n<｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>', []),
     'kimi-k3': ('Weather first.', 'On it.', [('get_weather', '{"city": "Zürich \\"1\\"", "days": 2}')]),
     'kimi-k3-escaped-key': (None, None, [('f', '{"a\\"b": {"x": null}}')]),
+    'dots-text-before-json': (None, '<dots_function_call>note {"name": "noop", "arguments": {}}</dots_function_call> ok', []),
     'dots': (None, 'Checking.\n', [('get_weather', '{"city": "Paris", "days": 2}')]),
     'minicpm5': (None, None, [('search', '{"query": "x y", "limit": 1.5}')]),
     'muse': ('Look it up.', 'One sec.', [('search', '{"query": "café"}')]),
