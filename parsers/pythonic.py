@@ -218,15 +218,18 @@ class PythonCalls:
                 return self._fail(pos, calls)
             self.cur.append(c)
             return pos + 1
+        if slot == Slot.KEY and c in _WS and self.cur and not self.cur[-1].endswith(" "):
+            self.cur.append(" ")  # the name ended: only '=' may follow
+            return pos + 1
         if c in _WS:
             return pos + 1
         if slot == Slot.KEY:
-            key = "".join(self.cur)
+            key = "".join(self.cur).rstrip()
             if c == ")" and not key:
                 return self._close(pos + 1, calls)
             if c == "=" and key:
                 return self._begin_value(pos + 1, calls, key)
-            if (c.isalnum() or c == "_") and (key or not c.isdigit()):
+            if (c.isalnum() or c == "_") and (key or not c.isdigit()) and not (self.cur and self.cur[-1].endswith(" ")):
                 self.cur.append(c)
                 return pos + 1
             return self._fail(pos, calls)

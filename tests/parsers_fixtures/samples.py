@@ -143,6 +143,8 @@ SAMPLES: list[tuple[str, ParserSpec, str]] = [
     ("pythonic-escapes", spec("pythonic"), '[search(query="x\\n\\\'q\\\' \\x41\\u00e9\\N{BULLET}\\101\\0 é", filters=\'\'\'tri"ple\'\'\' "cat" \'enated\', limit=[1, (2, 3), {"k": None}], from=True,), noop(a = \'line\nbreak\', b=-1.5e3)]'),
     ("pythonic-cut-in-escape", spec("pythonic"), '[search(query="a\\u00'),
     ("pythonic-broken-after-start", spec("pythonic"), '[search(query="a" limit=1)] tail'),
+    ("pythonic-blank-in-key", spec("pythonic"), '[search(que ry="a")]'),
+    ("pythonic-spaced", spec("pythonic"), '[search( query = "a" ,\n limit =2 , )]'),
     ("pythonic-after", spec("pythonic"), "[noop()] and then text"),
     ("llama4-pythonic", spec("llama4_pythonic"), '<|python_start|>[get_weather(city="Rome")]<|python_end|>'),
     # mistral
@@ -304,6 +306,8 @@ EXPECTED = {
     'pythonic-escapes': (None, None, [('search', '{"query": "x\\n\'q\' Aé•A\\u0000 é", "filters": "tri\\"plecatenated", "limit": [1, [2, 3], {"k": null}], "from": true}'), ('noop', '{"a": "line\\nbreak", "b": -1500.0}')]),
     'pythonic-cut-in-escape': (None, None, [('search', '{"query": "a')]),
     'pythonic-broken-after-start': (None, 'limit=1)] tail', [('search', '{"query": "a')]),
+    'pythonic-blank-in-key': (None, '[search(que ry="a")]', []),
+    'pythonic-spaced': (None, None, [('search', '{"query": "a", "limit": 2}')]),
     'pythonic-cut': (None, None, [('get_weather', '{"city": "Paris"}'), ('search', '{"query": "ha')]),
     'pythonic-after': (None, ' and then text', [('noop', '{}')]),
     'llama4-pythonic': (None, None, [('get_weather', '{"city": "Rome"}')]),
