@@ -41,18 +41,21 @@ _MAX_HEADER = 1024
 class ChannelFormat:
     """One channel family's markers: a message ``start``, the ``message`` marker ending its
     header, the ``ends`` of a body, and a ``channel`` marker that also opens a header (or
-    none)."""
+    none). ``restart``: a start (or channel) marker inside a body ends the message and opens
+    the next (Harmony); False: a body ends only at one of its ``ends``, so a header quoted in
+    reasoning or an answer is text (Muse: calls are scoped by their message)."""
 
     start: str
     message: str
     ends: tuple[str, ...]
     channel: str = ""
+    restart: bool = True
 
     def transitions(self) -> dict[State, dict[str, State]]:
         """state -> marker -> next state."""
         opens = {self.start: HEAD, **({self.channel: HEAD} if self.channel else {})}
         return {OUT: dict(opens), HEAD: {self.message: MSG, self.start: HEAD},
-                MSG: {**dict.fromkeys(self.ends, OUT), **opens}}
+                MSG: {**dict.fromkeys(self.ends, OUT), **(opens if self.restart else {})}}
 
 
 class ChannelStage:
@@ -83,7 +86,7 @@ class ChannelStage:
         return self.calls.take()
 
     def finish(self) -> list[Event]:
-        """End of output; returns the last events (a cut-off call is content, parsers.calls)."""
+        """End of output; returns the last events (a cut-off call ends not complete, parsers.calls)."""
         self._run(self.buf, final=True)
         if self.st == MSG:
             self._end_message(cut=True)

@@ -1,7 +1,7 @@
 """Call bodies read whole: the body's text is collected up to its end, then converted once.
 
-For formats whose arguments are not JSON text (Gemma's ``key:<|"|>v<|"|>``, MiniMax M3's
-nested elements) or whose call name sits inside the body (Apertus ``[{"f": {…}}]``,
+For formats whose arguments are not JSON text (MiniMax M3's nested elements) or whose call
+name sits inside the body (Apertus ``[{"f": {…}}]``,
 OLMo 3 ``f(a=1)`` lines), streaming argument pieces would mean re-serialising a guess;
 these bodies hold the body text (undecided, so it belongs in the state) and write each
 call's events once its text is complete. The framing machine (:mod:`parsers.tools`)

@@ -33,7 +33,7 @@ from .tools import ToolStage
 OUT, HEAD, MSG = State
 START, MESSAGE = "<|start|>", "<|message|>"
 ENDS = ("<|eom|>", "<|eot|>")
-MUSE = ChannelFormat(START, MESSAGE, ENDS)
+MUSE = ChannelFormat(START, MESSAGE, ENDS, restart=False)  # a header quoted in a body is text
 TRANSITIONS = MUSE.transitions()
 _RECIPIENT = re.compile(r"\bto=([^\s<]+)")
 REASONING, CONTENT, DROP, TOOL = "r", "c", "-", "t"

@@ -27,8 +27,9 @@ The machine walks five states (:class:`State`); the marker-driven moves are the 
 Malformed output never raises and never loses text: until a call has *started* (its name
 read and valid; a JSON envelope's arguments past their ``{``), every raw character since
 the call marker — or since the section marker, while the section has no call yet — is kept
-in ``raw`` and goes back to content if the call turns out malformed (the section is then
-abandoned: its end marker will be plain content too). A started call streams: a cut or a
+in ``raw`` and goes back to content if the call turns out malformed; scanning goes on in
+the section, so a valid call after a broken one is a call (the section's end marker is then
+content too if no call follows). A started call streams: a cut or a
 break ends it not complete (:mod:`parsers.calls`) and the rest of the text is content
 again. With ``Calls.hold`` (opt-in) ``raw`` is kept until the call completes, and a call
 cut off or broken goes back to content whole.
@@ -75,7 +76,8 @@ CALL, OUTER = "call", "outer"
 # equal markers a later kind wins. Beside the table: TEXT's markers are the row's
 # ``text_markers`` (and a call syntax at the very start of output, ``at_start``); AFTER
 # looks for the section's end only inside a section; a section ending without a call is
-# dropped or given back as content (``_section_without_call``).
+# dropped or given back as content (``_section_without_call``); one the output cuts off
+# before any call opened is content (as a call cut before it opened).
 TRANSITIONS: dict[State, dict[str, str]] = {
     TEXT: {CALL_BEGIN: CALL, SECTION_BEGIN: SECTION},
     SECTION: {CALL_BEGIN: CALL, SECTION_END: TEXT},
@@ -95,7 +97,7 @@ class ToolStage:
     """
 
     __slots__ = ("base", "fmt", "calls", "at_start", "named", "drop", "scan", "st", "outer", "buf", "raw", "header",
-                 "ws", "said", "fresh", "sec0", "body", "_stop")
+                 "ws", "said", "fresh", "sec0", "gave", "body", "_stop")
 
     def __init__(self, fmt: ToolFormat, calls: Calls, at_start: dict[str, str],
                  named: str | None = None, drop: tuple[str, ...] | None = None) -> None:
@@ -117,6 +119,7 @@ class ToolStage:
         self.said = False      # the current run of content (since the last call) is not blank
         self.fresh = True      # nothing but whitespace seen yet
         self.sec0 = -1         # call index when the current section began
+        self.gave = False      # the current section gave a malformed call back as content
         self.body = None
 
     # -- plain data -------------------------------------------------------------------
@@ -125,7 +128,7 @@ class ToolStage:
         self.raw = [raw] if raw else []  # one piece from now on: a stream's next export joins two, not every token's
         return {"st": self.st.value, "outer": self.outer.value, "buf": self.buf, "raw": raw,
                 "header": self.header, "ws": self.ws, "said": self.said, "fresh": self.fresh,
-                "sec0": self.sec0, "spelling": self._spelling(),
+                "sec0": self.sec0, "gave": self.gave, "spelling": self._spelling(),
                 "body": [self.body.kind, self.body.export()] if self.body else None}
 
     def _spelling(self) -> int:
@@ -136,6 +139,7 @@ class ToolStage:
         self.fmt = self.base.spellings[k - 1] if k else self.base
         for key in ("buf", "header", "ws", "said", "fresh", "sec0"):
             setattr(self, key, data[key])
+        self.gave = bool(data.get("gave", False))
         self.st, self.outer = State(data["st"]), State(data["outer"])
         self.raw = [data["raw"]] if data["raw"] else []
         body = data["body"]
@@ -154,7 +158,7 @@ class ToolStage:
         if self.st == HEADER:
             self._malformed()
         if self.st == SECTION and self._empty_section():
-            self._section_without_call("")
+            self._malformed()  # a section cut before any call opened: the model's text, content
         if self.ws and not self.calls.index:
             self.calls.out.append(Content(self.ws))  # blank output without calls stays content
         self.ws = ""
@@ -200,7 +204,7 @@ class ToolStage:
         if self.base.spellings:  # the spelling whose marker this is reads the section or call it opens
             self.fmt = next((row for row in (self.base,) + self.base.spellings if m in row.text_markers), self.base)
         if m in self.fmt.section_begin:
-            self.raw, self.sec0 = [m], self.calls.index
+            self.raw, self.sec0, self.gave = [m], self.calls.index, False
             self._move(SECTION_BEGIN, m)
         else:
             self.outer = TEXT
@@ -234,7 +238,7 @@ class ToolStage:
         return kind
 
     def _in_section(self, buf: str, pos: int, final: bool) -> int | None:
-        if self.fmt.section_body:  # a JSON object right inside the section is a call
+        if self.fmt.section_body and self._blank_in_section():  # a JSON object right inside is a call
             j = _skip_blanks(buf, pos)
             if j < len(buf) and buf[j] == "{":
                 if self._empty_section():
@@ -244,7 +248,7 @@ class ToolStage:
                 return j
         kinds = self._markers(SECTION)
         i, m = find_marker(buf[pos:], tuple(kinds), final)
-        if self._empty_section():
+        if self._empty_section() and not self.gave:
             self.raw.append(buf[pos:pos + i])
         else:
             self._junk(buf[pos:pos + i])
@@ -406,10 +410,12 @@ class ToolStage:
         self.body = None if kind == self.fmt.body and self.fmt.alt_bodies else BODIES[kind](self.fmt)
 
     def _malformed(self) -> None:
-        """The call never started: its raw text is content, scanning resumes outside."""
+        """The call never started: its raw text is content (with the section's marker, while
+        the section has no call yet), scanning resumes where the call began — inside its
+        section, so a valid call after a broken one is still a call (issue 40)."""
         raw, self.raw, self.header = "".join(self.raw), [], ""
         if self.outer == SECTION and self._empty_section():
-            self.outer = TEXT  # the section marker went back to content with the call
+            self.gave = True  # the section's marker went back to content with the call
         self.st = self.outer
         self.body = None
         self._content(raw)
@@ -419,10 +425,19 @@ class ToolStage:
         tool-calls section; its markers are not answer text); with text, it was not a
         tool section and all of it is content."""
         raw = "".join(self.raw)
-        inner = next((raw[len(m):] for m in self.fmt.section_begin if raw.startswith(m)), raw)
-        if inner.strip(_WS):
+        if self._inner(raw).strip(_WS) or self.gave:  # (its marker is content already: so is its end)
             self._content(raw + end)
         self.raw = []
+
+    def _inner(self, raw: str) -> str:
+        """``raw`` without the section marker it starts with."""
+        return next((raw[len(m):] for m in self.fmt.section_begin if raw.startswith(m)), raw)
+
+    def _blank_in_section(self) -> bool:
+        """Only blanks since the section began or its last call (whatever the chunking)."""
+        if self._empty_section() and not self.gave:
+            return not self._inner("".join(self.raw)).strip(_WS)
+        return not self.said
 
     def _empty_section(self) -> bool:
         return self.calls.index == self.sec0 and not self.calls.open

@@ -31,7 +31,8 @@ from enum import StrEnum
 from .calls import DONE, MORE, Calls, Status
 from .formats import attributes
 from .jsonstream import JsonValue
-from .scanner import find_marker
+from .events import Content
+from .scanner import find_marker, release_run
 from .schema import coerce, is_string_only
 
 _MAX_KEY = 256
@@ -51,7 +52,8 @@ class XmlCall:
     """Arguments of one XML-style call (see module docstring)."""
 
     kind = "xml"
-    __slots__ = ("d", "st", "key", "types", "val", "lead", "tail", "opened", "status", "known", "cdata")
+    __slots__ = ("d", "st", "key", "types", "val", "lead", "tail", "opened", "status", "known", "cdata", "gap",
+                 "said")
 
     def __init__(self, fmt=None) -> None:
         self.d = fmt.xml if fmt is not None else None
@@ -65,10 +67,12 @@ class XmlCall:
         self.status = MORE
         self.known: dict = {}  # values of enum/const parameters read so far (they select schema branches)
         self.cdata = False     # the value is wrapped in <![CDATA[ … ]]> (dialect ``cdata``)
+        self.gap = ""          # blank text between parameters, held (release_run)
+        self.said = False      # the text between parameters so far is not blank: content
 
     def export(self) -> list:
         return [self.st.value, self.key, self.types, self.val, self.lead, self.tail, self.opened,
-                self.status, self.known, self.cdata]
+                self.status, self.known, self.cdata, self.gap, self.said]
 
     @classmethod
     def load(cls, data: list, fmt=None) -> "XmlCall":
@@ -77,6 +81,7 @@ class XmlCall:
          obj.status) = data[:8]
         obj.known = data[8] if len(data) > 8 else {}
         obj.cdata = bool(data[9]) if len(data) > 9 else False
+        obj.gap, obj.said = (data[10], bool(data[11])) if len(data) > 11 else ("", False)
         obj.st, obj.status = Slot(obj.st), Status(obj.status)
         return obj
 
@@ -88,8 +93,11 @@ class XmlCall:
             if st == Slot.BETWEEN or st == Slot.PREVAL:
                 first = d.value_begin if st == Slot.PREVAL else d.key_begin
                 i, m = find_marker(text[pos:], (first,) + d.call_end + d.call_end_peek, final)
+                if st == Slot.BETWEEN:  # (between key and value: the dialect's skipped type tag)
+                    self._between(text[pos:pos + i], calls)
                 if m is None:
                     return pos + i
+                self.gap, self.said = "", False
                 if m == first:
                     pos += i + len(m)
                     if st == Slot.PREVAL:
@@ -155,6 +163,15 @@ class XmlCall:
                 calls.args(self._prefix() + text)
         calls.end(complete=False)
         self.status = DONE
+
+    def _between(self, s: str, calls: Calls) -> None:
+        """Text between parameters: blanks are the model's layout (dropped at the next
+        marker); anything else is content, never lost (issue 40: hy_v4's
+        ``</arg_value>JUNK</tool_call>``)."""
+        if s:
+            s, self.gap, self.said = release_run(self.gap, self.said, s)
+            if s:
+                calls.out.append(Content(s))
 
     # -- values -----------------------------------------------------------------------
     def _clean_key(self, key: str) -> tuple[str, list[str] | None]:

@@ -92,8 +92,9 @@ class Derender:
         assert r.status_code == 200, r.text
         return r.json()
 
-    def stream(self, chunks: list[dict]) -> tuple[list[dict], list[dict]]:
-        """Each item: a generate chunk (``{"choices": [...], "usage"?: …}``). Returns (chunks, states)."""
+    def stream(self, chunks: list[dict], key: str = "chunk") -> tuple[list[Any], list[dict]]:
+        """Each item: a generate chunk (``{"choices": [...], "usage"?: …}``). Returns (each
+        answer's ``key`` — the chat chunk, or a front door's ``events`` — , states)."""
         state, out, states = None, [], []
         for gen in chunks:
             body = {"stream": True, "generate_chunk": {"request_id": "generate-tokens-chatcmpl-t", **gen},
@@ -102,7 +103,7 @@ class Derender:
             assert r.status_code == 200, r.text
             data = r.json()
             state = data["stream_state"]
-            out.append(data["chunk"])
+            out.append(data[key])
             states.append(state)
         return out, states
 

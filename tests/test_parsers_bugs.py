@@ -199,7 +199,7 @@ def test_empty_tool_section_is_not_content(family, begin, end):
     _, msg = parse(ParserSpec(tool=family, tools=TOOLS), "Done." + begin + "\n" + end)
     assert (msg.content, msg.tool_calls) == ("Done.", [])
     _, cut = parse(ParserSpec(tool=family, tools=TOOLS), "Done." + begin)
-    assert cut.content == "Done."
+    assert cut.content == "Done." + begin  # cut before any call opened: the model's text (issue 40)
     # a section holding text that is no call is still shown, markers and all
     _, junk = parse(ParserSpec(tool=family, tools=TOOLS), "Done." + begin + "not a call" + end)
     assert junk.content == "Done." + begin + "not a call" + end
@@ -347,3 +347,86 @@ def test_internlm_interpreter_action_is_not_a_call():
     text = "ok<|action_start|><|interpreter|>print(1)<|action_end|>"
     _, msg = parse(ParserSpec(tool="internlm", tools=TOOLS), text)
     assert (msg.content, msg.tool_calls) == (text, [])
+
+
+# -- issue 40: text around XML calls is never lost -------------------------------------------------
+
+HY = ":opensource"
+HY_CALL = (f"<tool_call{HY}>get_weather<arg_key{HY}>city</arg_key{HY}><arg_value{HY}>Paris</arg_value{HY}>"
+           f"JUNK</tool_call{HY}>")
+
+
+@pytest.mark.parametrize("family,text,content", [
+    ("hy_v4", f"<tool_calls{HY}>{HY_CALL}</tool_calls{HY}>", "JUNK"),
+    ("hy_v4", f"<tool_calls{HY}>{HY_CALL.replace(HY, '')}</tool_calls{HY}>".replace(HY, ""), "JUNK"),
+    ("glm45", "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value> so \n</tool_call>",
+     " so \n"),
+    ("qwen3_coder", "<tool_call><function=get_weather><parameter=city>Paris</parameter>\nJUNK\n</function></tool_call>",
+     "\nJUNK\n"),
+])
+def test_text_between_xml_parameters_is_content(family, text, content):
+    """The shared XML machine: non-blank text between a call's parameters (or before its
+    end tag) is content, with the blanks around it; blank layout alone is dropped."""
+    _, msg = parse(ParserSpec(tool=family, tools=TOOLS), text)
+    assert calls(msg) == [("get_weather", '{"city": "Paris"}')] and msg.content == content
+
+
+@pytest.mark.parametrize("family,text", [
+    ("hy_v4", f"<tool_calls{HY}>{HY_CALL.replace('JUNK', '')}</tool_calls{HY}><tool_calls{HY}>"),
+    ("hermes", '<tool_call>{"name": "noop", "arguments": {}}</tool_call><tool_call>'),
+    ("kimi_k2", K_SEC + K_CALL + "functions.noop:0" + K_ARG + "{}" + K_END + K_SEC_END + K_SEC),
+])
+def test_section_cut_before_a_call_is_content(family, text):
+    """A section (or call) marker the output ends right after is the model's text, not
+    dropped: a call cut before it opened is content (issue 40)."""
+    _, msg = parse(ParserSpec(tool=family, tools=TOOLS), text)
+    assert len(msg.tool_calls) == 1
+    marker = {"hy_v4": f"<tool_calls{HY}>", "hermes": "<tool_call>", "kimi_k2": K_SEC}[family]
+    assert msg.content == marker
+
+
+# -- issue 40: a broken call does not take the calls after it down ---------------------------------
+
+@pytest.mark.parametrize("family,broken,valid,begin,end", [
+    ("kimi_k2", K_CALL + "functions.nope:0" + K_ARG + "{}" + K_END, K_CALL + "functions.noop:1" + K_ARG + "{}" + K_END,
+     K_SEC, K_SEC_END),
+    ("deepseek_v31", DS_CALL + "nope" + DS_SEP + "{}" + DS_END, DS_CALL + "noop" + DS_SEP + "{}" + DS_END,
+     DS_CALLS_BEGIN, DS_CALLS_END),
+])
+@pytest.mark.parametrize("cut_calls", ["call", "content"])
+def test_valid_call_after_a_broken_one_in_a_section(family, broken, valid, begin, end, cut_calls):
+    """The first call of a section is no call (an unknown function): it is content, with the
+    section's marker, and the valid call after it is still a call."""
+    spec = ParserSpec(tool=family, tools=TOOLS, cut_calls=cut_calls)
+    _, msg = parse(spec, begin + broken + valid + end)
+    assert calls(msg) == [("noop", "{}")] and msg.content == begin + broken
+    _, alone = parse(spec, begin + broken + end + " after")  # no valid call: all of it is content
+    assert calls(alone) == [] and alone.content == begin + broken + end + " after"
+
+
+def test_kimi_call_whose_json_breaks_before_a_valid_one():
+    text = K_SEC + K_CALL + "functions.get_weather:0" + K_ARG + "not json" + K_END + K_CALL + "functions.noop:1" + K_ARG \
+        + "{}" + K_END + K_SEC_END
+    _, held = parse(ParserSpec(tool="kimi_k2", tools=TOOLS, cut_calls="content"), text)
+    assert calls(held) == [("noop", "{}")]
+    assert held.content == K_SEC + K_CALL + "functions.get_weather:0" + K_ARG + "not json" + K_END
+    events, streamed = parse(ParserSpec(tool="kimi_k2", tools=TOOLS), text)  # streamed: it ends not complete
+    assert calls(streamed) == [("get_weather", ""), ("noop", "{}")] and ends(events) == [False, True]
+
+
+# -- issue 40: a Muse call header quoted in a message is text ---------------------------------------
+
+MUSE_QUOTE = ('<|start|>assistant to=noop<|message|><atem:function_calls><atem:invoke name="noop"></atem:invoke>'
+              '</atem:function_calls>')
+
+
+@pytest.mark.parametrize("to,field", [("user", "content"), ("commentary", "content"), ("self", "reasoning")])
+def test_muse_header_quoted_in_a_message_is_text(to, field):
+    """Muse scopes calls by their message: a whole call header quoted inside reasoning or an
+    answer is that message's text (SUPPORTED.md), up to the message's own end marker."""
+    text = f"<|start|>assistant to={to}<|message|>Write {MUSE_QUOTE} to call it.<|eom|>"
+    _, msg = parse(ParserSpec(tool="muse", reasoning="muse", tools=TOOLS), text)
+    assert msg.tool_calls == [] and getattr(msg, field) == f"Write {MUSE_QUOTE} to call it."
+    real = text + MUSE_QUOTE + "<|eom|>"  # the same header as a message of its own is a call
+    _, called = parse(ParserSpec(tool="muse", reasoning="muse", tools=TOOLS), real)
+    assert calls(called) == [("noop", "{}")]

@@ -90,3 +90,28 @@ def test_long_call_streams_through_the_pipe(qwen, call_ids):
     [call] = d.whole([gen_choice(ids, "stop")])["choices"][0]["message"]["tool_calls"]
     events = [e for e in d.pipe(token_chunks(ids, "token")) if "done" not in e]
     _check(events, call["function"]["arguments"])  # (no event for a chunk with an empty delta)
+
+
+DOOR_TOOLS = {"messages": [{"name": "write_file", "input_schema": TOOLS[0]["function"]["parameters"]}],
+              "responses": [{"type": "function", "name": "write_file", "parameters": TOOLS[0]["function"]["parameters"]}]}
+DOOR_REQUESTS = {"messages": {"model": "qwen3", "max_tokens": 4096, "tools": DOOR_TOOLS["messages"],
+                              "messages": [{"role": "user", "content": "Write the module."}]},
+                 "responses": {"input": "Write the module.", "tools": DOOR_TOOLS["responses"]}}
+ARGUMENT_EVENTS = {"messages": ("content_block_delta", lambda e: e["delta"].get("partial_json")),
+                   "responses": ("response.function_call_arguments.delta", lambda e: e["delta"])}
+
+
+@pytest.mark.parametrize("kind", ["messages", "responses"])
+def test_long_call_streams_through_the_doors(qwen, call_ids, kind):
+    """Anthropic ``input_json_delta`` and Responses ``function_call_arguments.delta`` events
+    follow the same deltas: >= 100 chunks carry arguments, the first within 16 chunks."""
+    ids = call_ids + [151645]
+    d = Derender(qwen, prompt=bundle("qwen3").tokenizer.encode(USER),
+                 extra={f"{kind}_request": DOOR_REQUESTS[kind]}, path=f"/v1/{kind}/derender")
+    answers, _ = d.stream(token_chunks(ids, "token"), key="events")
+    kind_of, text_of = ARGUMENT_EVENTS[kind]
+    pieces = [(k, text_of(e)) for k, events in enumerate(answers) for e in events
+              if e["type"] == kind_of and text_of(e)]
+    assert len({k for k, _ in pieces}) >= 100 and pieces[0][0] <= 16
+    args = json.loads("".join(p for _, p in pieces))
+    assert args["path"] == "/tmp/module.py" and len(args["content"]) > 3000
