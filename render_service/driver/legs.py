@@ -17,7 +17,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator
 
 import httpx
 import orjson
@@ -158,6 +158,9 @@ class Leg:
         self.decode_url: str | None = None
         self.output: list[int] = []
         self.kept: dict | None = None
+        # Called once the decode engine has answered 200, before its first token (a stream's
+        # response head goes out there, so the client's TTFT is the engine's).
+        self.on_decode_start: Callable[[], Awaitable[None]] | None = None
 
     async def prefill(self) -> None:
         """Run the prefill leg; keeps its ``kv_transfer_params`` for decode."""
@@ -210,6 +213,8 @@ class Leg:
             try:
                 if response.status_code != 200:
                     raise error_from_status("decode", url, response.status_code, await response.aread())
+                if self.on_decode_start is not None:
+                    await self.on_decode_start()
                 async for data in sse_data(response):
                     if sse.is_done(data):
                         return
