@@ -280,6 +280,28 @@ def test_stream_head_leaves_when_decode_starts_not_with_its_first_token(world, t
         assert wait_for(lambda: counters(d)["requests_aborted"] == 1)
 
 
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_stop_reason_on_eos_is_null_as_vllms_server_says(world, where):
+    """A tokens-only engine names the EOS it stopped on (vLLM 0.32 --tokens-only answered
+    ``stop_reason: 2``, ../shared/design/vllm-cpu-engine.md; the scripted engine here replays
+    that: render puts EOS among the stop ids); vLLM's server says null. With ``ignore_eos``
+    and the EOS among the request's own ``stop_token_ids`` vLLM's server names it."""
+    body = body_for("What is the capital of France?")
+    prompt = render_chat(world.bundle, world.cfg, ChatCompletionRequest.model_validate(body), "x")["token_ids"]
+    engine = httpx.post(world.d1.url + "/inference/v1/generate", timeout=30,
+                        json={"token_ids": prompt, "sampling_params": {"stop_token_ids": [world.eos]}}).json()
+    assert (engine["choices"][0]["finish_reason"], engine["choices"][0]["stop_reason"]) == ("stop", world.eos)
+    url = getattr(world, where) + CHAT
+    for extra, expected in (({}, None), ({"ignore_eos": True, "stop_token_ids": [world.eos]}, world.eos)):
+        r = httpx.post(url, json={**body, **extra}, timeout=30)
+        choice = r.json()["choices"][0]
+        assert (choice["finish_reason"], choice["stop_reason"]) == ("stop", expected), r.text
+        assert choice["message"]["content"].strip() == PLAIN_TEXT
+        data, _ = sse(httpx.post(url, json={**body, **extra, "stream": True}, timeout=30))
+        (last,) = [c for d in data for c in d["choices"] if c.get("finish_reason")]
+        assert (last["finish_reason"], last["stop_reason"]) == ("stop", expected)
+
+
 # -- client disconnects abort the engine legs ------------------------------------------------
 
 def test_client_disconnect_mid_stream_aborts_decode(world):

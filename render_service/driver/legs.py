@@ -143,6 +143,7 @@ class Leg:
         self.upstreams, self.gen, self.conversation, self.scope, self.timer = upstreams, gen, conversation, scope, timer
         self.prompt: list[int] = gen["token_ids"]
         self.n = int((gen.get("sampling_params") or {}).get("n") or 1)
+        self.keeps_stop_text = bool((gen.get("sampling_params") or {}).get("include_stop_str_in_output"))
         rid = str(gen.get("request_id") or new_request_id())
         self.engine_id = ENGINE_ID_PREFIX + rid
         self.headers = {"X-Request-Id": rid}
@@ -265,6 +266,8 @@ async def relay(leg: Leg, session: Any, continuous_usage: bool) -> AsyncIterator
             for c in chunk.get("choices") or []:
                 if c.get("finish_reason"):
                     engine_done.add(c.get("index", 0))
+                    if not leg.keeps_stop_text:
+                        _unname_stop_token(c)
             out = None
             if session is not None:
                 with timer.measure("derender"):
@@ -278,6 +281,23 @@ async def relay(leg: Leg, session: Any, continuous_usage: bool) -> AsyncIterator
         await events.aclose()
         if first is not None:
             timer.add("decode", time.perf_counter() - first)
+
+
+def _unname_stop_token(choice: dict) -> None:
+    """A choice that stopped on its last token: ``stop_reason`` null, as vLLM's server would
+    say it before derender works it out.
+
+    A ``--tokens-only`` engine has no tokenizer, so render puts the model's EOS ids among the
+    stop ids and the engine names the EOS it stopped on (``stop_reason: 2``), where vLLM's
+    server, which checks its tokenizer's EOS first, says null. Given null and the token,
+    derender reports what vLLM's server does (wire brief §3.2 step 2): null for the
+    tokenizer's EOS unless ``ignore_eos``, else the id when it is one of the request's stop
+    ids or the generation config's EOS ids. (With ``include_stop_str_in_output`` derender
+    skips that step, so the caller leaves the engine's value.)
+    """
+    reason, ids = choice.get("stop_reason"), choice.get("token_ids")
+    if choice["finish_reason"] == "stop" and type(reason) is int and ids and ids[-1] == reason:
+        choice["stop_reason"] = None
 
 
 class Attempts:
