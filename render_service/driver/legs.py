@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -216,8 +217,10 @@ class Leg:
                     raise error_from_status("decode", url, response.status_code, await response.aread())
                 if self.on_decode_start is not None:
                     await self.on_decode_start()
-                async for data in sse_data(response):
+                events = sse_data(response)
+                async for data in events:
                     if sse.is_done(data):
+                        await _drain(events)
                         return
                     try:
                         chunk = orjson.loads(data)
@@ -281,6 +284,22 @@ async def relay(leg: Leg, session: Any, continuous_usage: bool) -> AsyncIterator
         await events.aclose()
         if first is not None:
             timer.add("decode", time.perf_counter() - first)
+
+
+DRAIN_SECONDS = 0.5
+"""How long the end of a decode body may lag its ``[DONE]`` before the connection is dropped."""
+
+
+async def _drain(events: AsyncIterator[bytes]) -> None:
+    """Read a decode stream to its end after ``[DONE]`` (the engine ends the body right
+    after it), so its kept-alive connection goes back to the pool: httpx closes one whose
+    body was not read whole, and every decode leg then paid a new TCP connection."""
+    try:
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in events:
+                pass
+    except (TimeoutError, httpx.HTTPError, sse.SSEError):
+        pass  # the connection is closed instead
 
 
 def _unname_stop_token(choice: dict) -> None:
