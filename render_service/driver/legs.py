@@ -26,7 +26,8 @@ import orjson
 from ..render import new_request_id
 from ..wire import sse
 from ..wire.generate import ENGINE_ID_PREFIX, OUTPUT_KIND_DELTA, OUTPUT_KIND_FINAL_ONLY
-from .upstream import HopError, Pool, error_from_event, error_from_exception, error_from_status, post_json, sse_data
+from .upstream import (HopError, Pool, error_from_event, error_from_exception, error_from_status, post_json,
+                       sse_data, upstream_client)
 
 if TYPE_CHECKING:
     from .timing import DriverMetrics, HopTimer
@@ -117,10 +118,8 @@ class Upstreams:
         """The shared HTTP client (created on first use, inside the serving event loop)."""
         if self._client is None:
             c = self.config
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(c.timeout, connect=c.connect_timeout),
-                limits=httpx.Limits(max_connections=c.max_connections, max_keepalive_connections=256),
-            )
+            self._client = upstream_client(httpx.Timeout(c.timeout, connect=c.connect_timeout),
+                                           httpx.Limits(max_connections=c.max_connections, max_keepalive_connections=256))
         return self._client
 
     async def aclose(self) -> None:
