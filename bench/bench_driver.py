@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,10 +28,8 @@ from pathlib import Path
 
 import httpx
 
-from reference_engine.testing import free_port, wait_healthy
-
 from .regress import DEFAULT_MODEL, checkout
-from .targets import TargetError, ThreadCpu
+from .targets import ModuleProcess, TargetError, ThreadCpu
 
 _REPO = Path(__file__).resolve().parents[1]
 QUESTION = "Please explain in a few words why the sky looks blue during the day and red at sunset."
@@ -57,40 +53,12 @@ def _rows() -> dict[str, tuple[dict, bool]]:
             "stream": ({"messages": [{"role": "user", "content": QUESTION}], "max_tokens": 32, "stream": True}, True)}
 
 
-class Proc:
-    """A subprocess on a free loopback port running ``args`` with ``root`` on PYTHONPATH."""
-
-    def __init__(self, name: str, root: Path | str, args: list[str]) -> None:
-        self.name, self.port = name, free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        if root != "":
-            env["PYTHONPATH"] = str(root)
-        self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", *args, "--port", str(self.port)], env=env,
-                                     cwd=str(root) or tempfile.gettempdir(), stdout=self.log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        if not wait_healthy(self.proc, self.url, 180, interval=0.3):
-            self.stop()
-            self.log.seek(0)
-            raise TargetError(f"{name} did not start: {self.log.read().decode()[-800:]}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
 class Side:
     """One driver version, its CPU meter and a kept-alive client."""
 
     def __init__(self, name: str, root: Path | str, prefill: str, decode: str, model: Path) -> None:
         self.name = name
-        self.driver = Proc(name, root, ["render_service.serve.cli", "drive", "--prefill", prefill, "--decode",
+        self.driver = ModuleProcess(name, root, ["render_service.serve.cli", "drive", "--prefill", prefill, "--decode",
                                         decode, "--model", str(model), "--uvicorn-log-level", "warning"])
         time.sleep(5)  # the fast tokenizer backend is built in the background after /health
         self.cpu = ThreadCpu(self.driver.proc.pid)
@@ -121,16 +89,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_driver: no tokenizer.json in {args.model} (../shared absent?)", file=sys.stderr)
         return 2
     rows = {k: v for k, v in _rows().items() if not args.only or k in args.only}
-    procs: list = []
+    procs: list = []  # ModuleProcess | Side, stopped in reverse
     table: dict[str, tuple[list[float], list[float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "script.json"
         script.write_text(json.dumps(_script(args.model)))
         try:
             engine = ["reference_engine", "--scripted", str(script)]
-            p = Proc("prefill engine", _REPO, [*engine, "--role", "prefill"])
+            p = ModuleProcess("prefill engine", _REPO, [*engine, "--role", "prefill"])
             procs.append(p)
-            d = Proc("decode engine", _REPO, [*engine, "--role", "decode"])
+            d = ModuleProcess("decode engine", _REPO, [*engine, "--role", "decode"])
             procs.append(d)
             sides = [Side("HEAD", _REPO, p.url, d.url, args.model)]
             procs.append(sides[0])
