@@ -240,8 +240,8 @@ class _TCPBackend(httpcore.AsyncNetworkBackend):
 def upstream_client(timeout: httpx.Timeout, limits: httpx.Limits) -> httpx.AsyncClient:
     """The driver's HTTP client for engines and a render server: httpx (its errors, timeouts
     and pool), with plain-HTTP connections on `_TCPBackend` (one write per request, no anyio
-    layer: 0.75x the client CPU of an engine call, measured in-process against a scripted
-    engine) unless the environment names an HTTP proxy."""
+    layer: 0.74-0.79x the client CPU of an engine call, measured in-process against a
+    scripted engine) unless the environment names an HTTP proxy."""
     if "http" in urllib.request.getproxies():
         return httpx.AsyncClient(timeout=timeout, limits=limits)
     transport = httpx.AsyncHTTPTransport(limits=limits)
