@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,10 +36,8 @@ from pathlib import Path
 import httpx
 import orjson
 
-from reference_engine.testing import free_port, wait_healthy
-
 from .regress import checkout
-from .targets import TargetError, ThreadCpu
+from .targets import ModuleProcess, TargetError, ThreadCpu
 
 _REPO = Path(__file__).resolve().parents[1]
 SCRIPT = {"model": "scripted", "eos_token_ids": [2], "responses": [{"token_ids": list(range(1000, 1032))}]}
@@ -74,22 +70,9 @@ class EngineSide:
 
     def __init__(self, name: str, root: Path | str, script: Path) -> None:
         self.name = name
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        if root != "":
-            env["PYTHONPATH"] = str(root)
-        self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "reference_engine", "--scripted", str(script), "--port", str(self.port)],
-            env=env, cwd=str(root) or tempfile.gettempdir(), stdout=self.log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL)
-        if not wait_healthy(self.proc, self.url, 60):
-            self.stop()
-            self.log.seek(0)
-            raise TargetError(f"{name} engine did not start: {self.log.read().decode()[-800:]}")
-        self.cpu = ThreadCpu(self.proc.pid)
-        self.client = httpx.Client(base_url=self.url, timeout=60, trust_env=False)
+        self.engine = ModuleProcess(f"{name} engine", root, ["reference_engine", "--scripted", str(script)], 60)
+        self.cpu = ThreadCpu(self.engine.proc.pid)
+        self.client = httpx.Client(base_url=self.engine.url, timeout=60, trust_env=False)
 
     def call(self, n: int, body: bytes) -> float:
         """One request (``n`` its sequence number); the engine's CPU seconds for it."""
@@ -102,15 +85,8 @@ class EngineSide:
         return ThreadCpu.delta(before, self.cpu.sample())
 
     def stop(self) -> None:
-        if getattr(self, "client", None) is not None:
-            self.client.close()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        self.client.close()
+        self.engine.stop()
 
 
 def run(sides: list[EngineSide], rounds: int, requests: int) -> dict[str, dict]:

@@ -256,13 +256,46 @@ class SpawnedServer:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 10 s."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc)
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM ``proc`` if it runs, then SIGKILL after 10 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class ModuleProcess:
+    """``python -m ARGS --port P`` on a free loopback port with ``root`` first on PYTHONPATH
+    (``""``: the installed packages), up once ``/health`` answers.
+
+    Raises:
+        TargetError: it exited or was not healthy within ``timeout`` seconds (with its output).
+    """
+
+    def __init__(self, name: str, root: Path | str, args: list[str], timeout: float = 180.0) -> None:
+        self.name, self.port = name, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        if root != "":
+            env["PYTHONPATH"] = str(root)
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([sys.executable, "-m", *args, "--port", str(self.port)], env=env,
+                                     cwd=str(root) or tempfile.gettempdir(), stdout=self.log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        if not wait_healthy(self.proc, self.url, timeout, interval=0.2):
+            self.stop()
+            self.log.seek(0)
+            raise TargetError(f"{name} did not start: {self.log.read().decode('utf-8', 'replace')[-800:]}")
+
+    def stop(self) -> None:
+        stop_process(self.proc)
 
 
 def spawn_args(flags: str, model: str | None, max_model_len: int, parsers: bool) -> list[str]:

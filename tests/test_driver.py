@@ -206,7 +206,7 @@ def test_stream_sends_timing_comment_usage_and_request_id(world):
     r = httpx.post(world.local + CHAT, json=body, headers={"X-Request-Id": "drv-1"}, timeout=30)
     assert r.status_code == 200 and r.headers["x-request-id"] == "drv-1"
     head = timing(r.headers["server-timing"])
-    assert {"render", "prefill", "kv_handoff"} <= head.keys()
+    assert {"render", "prefill"} <= head.keys() and "kv_handoff" not in head  # sent before the first token
     data, comments = sse(r)
     assert {d["id"] for d in data} == {"chatcmpl-drv-1"}
     assert "".join(c["delta"].get("content") or "" for d in data for c in d["choices"]).strip() == PLAIN_TEXT
@@ -256,6 +256,50 @@ def test_stop_string_aborts_decode(world, stream):
     assert wait_for(lambda: counters(*engines)["requests_aborted"] == before["requests_aborted"] + 1)
     # decode was cut: the engines generated well under the whole script (counted, not timed)
     assert counters(*engines)["generated_tokens"] - before["generated_tokens"] < full / 2
+
+
+def test_stream_head_leaves_when_decode_starts_not_with_its_first_token(world, tmp_path):
+    """A decode engine that waits 60 s before its first token: the client has the 200 head
+    (status, event-stream, request id, Server-Timing with prefill) long before any token
+    exists, so its TTFT is measured where the engine spends it. Hanging up then aborts decode."""
+    tok = world.bundle.tokenizer
+    answer = tok.encode("Done.") + [world.eos]
+    fast, slow = tmp_path / "fast.json", tmp_path / "slow.json"
+    fast.write_text(json.dumps({"model": "scripted", "responses": [{"token_ids": answer}]}))
+    slow.write_text(json.dumps({"model": "scripted", "token_delay": 60.0, "responses": [{"token_ids": answer}]}))
+    with EngineProcess("--scripted", str(fast), role="prefill") as p, \
+            EngineProcess("--scripted", str(slow), role="decode") as d, \
+            world.driver([p.url], [d.url]) as (url, _):
+        with httpx.stream("POST", url + CHAT, timeout=httpx.Timeout(30, read=20),
+                          json=body_for("What is the capital of France?", stream=True),
+                          headers={"X-Request-Id": "early-head"}) as r:
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+            assert r.headers["x-request-id"] == "early-head"
+            assert "prefill" in timing(r.headers["server-timing"])
+            assert counters(d)["generated_tokens"] == 0  # the engine is still before its first token
+        assert wait_for(lambda: counters(d)["requests_aborted"] == 1)
+
+
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_stop_reason_on_eos_is_null_as_vllms_server_says(world, where):
+    """A tokens-only engine names the EOS it stopped on (vLLM 0.32 --tokens-only answered
+    ``stop_reason: 2``, ../shared/design/vllm-cpu-engine.md; the scripted engine here replays
+    that: render puts EOS among the stop ids); vLLM's server says null. With ``ignore_eos``
+    and the EOS among the request's own ``stop_token_ids`` vLLM's server names it."""
+    body = body_for("What is the capital of France?")
+    prompt = render_chat(world.bundle, world.cfg, ChatCompletionRequest.model_validate(body), "x")["token_ids"]
+    engine = httpx.post(world.d1.url + "/inference/v1/generate", timeout=30,
+                        json={"token_ids": prompt, "sampling_params": {"stop_token_ids": [world.eos]}}).json()
+    assert (engine["choices"][0]["finish_reason"], engine["choices"][0]["stop_reason"]) == ("stop", world.eos)
+    url = getattr(world, where) + CHAT
+    for extra, expected in (({}, None), ({"ignore_eos": True, "stop_token_ids": [world.eos]}, world.eos)):
+        r = httpx.post(url, json={**body, **extra}, timeout=30)
+        choice = r.json()["choices"][0]
+        assert (choice["finish_reason"], choice["stop_reason"]) == ("stop", expected), r.text
+        assert choice["message"]["content"].strip() == PLAIN_TEXT
+        data, _ = sse(httpx.post(url, json={**body, **extra, "stream": True}, timeout=30))
+        (last,) = [c for d in data for c in d["choices"] if c.get("finish_reason")]
+        assert (last["finish_reason"], last["stop_reason"]) == ("stop", expected)
 
 
 # -- client disconnects abort the engine legs ------------------------------------------------

@@ -16,9 +16,10 @@ door's flow renders it and words the answer)::
 2. **prefill** (`legs.prefill_leg`) on the prefill pool; its ``kv_transfer_params`` go to
    decode verbatim.
 3. **decode** (`legs.decode_leg`) is streamed whatever the client asked. Stream clients get
-   each chunk derendered as it arrives; the response headers are sent once the first decode
-   chunk is in, so a failure of any hop up to there is a plain HTTP error (502/503/504)
-   rather than an error event. Non-stream clients get the collected output derendered in
+   each chunk derendered as it arrives; the response headers are sent once the decode
+   engine has answered 200 (before its first token, so the client's TTFT is the engine's),
+   so a failure of any hop up to there is a plain HTTP error (502/503/504) rather than an
+   error event. Non-stream clients get the collected output derendered in
    one call; when they sent ``stop`` strings each chunk also goes through a streaming
    derender, only to notice the stop early.
 4. When derender has finished every choice but the engine has not (a stop string),
@@ -166,7 +167,8 @@ class Driver:
             legs = [Leg(self.upstreams, g, key, scope, timer) for g in gens]
             if reuse is not None:
                 reuse.prepare(key, legs[0], reply_headers)
-            if stream:
+            if stream:  # the head leaves when decode starts, not with its first token
+                legs[0].on_decode_start = lambda: out.start_events({**reply_headers, "server-timing": timer.server_timing()})
                 await flow.stream(kind, body, request, legs[0], timer, out, reply_headers, sent)
             else:
                 await flow.whole(kind, body, request, legs, timer, out, reply_headers)

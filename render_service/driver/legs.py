@@ -13,11 +13,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator
 
 import httpx
 import orjson
@@ -25,7 +26,8 @@ import orjson
 from ..render import new_request_id
 from ..wire import sse
 from ..wire.generate import ENGINE_ID_PREFIX, OUTPUT_KIND_DELTA, OUTPUT_KIND_FINAL_ONLY
-from .upstream import HopError, Pool, error_from_event, error_from_exception, error_from_status, post_json, sse_data
+from .upstream import (HopError, Pool, error_from_event, error_from_exception, error_from_status, post_json,
+                       sse_data, upstream_client)
 
 if TYPE_CHECKING:
     from .timing import DriverMetrics, HopTimer
@@ -116,10 +118,8 @@ class Upstreams:
         """The shared HTTP client (created on first use, inside the serving event loop)."""
         if self._client is None:
             c = self.config
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(c.timeout, connect=c.connect_timeout),
-                limits=httpx.Limits(max_connections=c.max_connections, max_keepalive_connections=256),
-            )
+            self._client = upstream_client(httpx.Timeout(c.timeout, connect=c.connect_timeout),
+                                           httpx.Limits(max_connections=c.max_connections, max_keepalive_connections=256))
         return self._client
 
     async def aclose(self) -> None:
@@ -143,6 +143,7 @@ class Leg:
         self.upstreams, self.gen, self.conversation, self.scope, self.timer = upstreams, gen, conversation, scope, timer
         self.prompt: list[int] = gen["token_ids"]
         self.n = int((gen.get("sampling_params") or {}).get("n") or 1)
+        self.keeps_stop_text = bool((gen.get("sampling_params") or {}).get("include_stop_str_in_output"))
         rid = str(gen.get("request_id") or new_request_id())
         self.engine_id = ENGINE_ID_PREFIX + rid
         self.headers = {"X-Request-Id": rid}
@@ -158,6 +159,9 @@ class Leg:
         self.decode_url: str | None = None
         self.output: list[int] = []
         self.kept: dict | None = None
+        # Called once the decode engine has answered 200, before its first token (a stream's
+        # response head goes out there, so the client's TTFT is the engine's).
+        self.on_decode_start: Callable[[], Awaitable[None]] | None = None
 
     async def prefill(self) -> None:
         """Run the prefill leg; keeps its ``kv_transfer_params`` for decode."""
@@ -210,8 +214,12 @@ class Leg:
             try:
                 if response.status_code != 200:
                     raise error_from_status("decode", url, response.status_code, await response.aread())
-                async for data in sse_data(response):
+                if self.on_decode_start is not None:
+                    await self.on_decode_start()
+                events = sse_data(response)
+                async for data in events:
                     if sse.is_done(data):
+                        await _drain(events)
                         return
                     try:
                         chunk = orjson.loads(data)
@@ -260,6 +268,8 @@ async def relay(leg: Leg, session: Any, continuous_usage: bool) -> AsyncIterator
             for c in chunk.get("choices") or []:
                 if c.get("finish_reason"):
                     engine_done.add(c.get("index", 0))
+                    if not leg.keeps_stop_text:
+                        _unname_stop_token(c)
             out = None
             if session is not None:
                 with timer.measure("derender"):
@@ -273,6 +283,39 @@ async def relay(leg: Leg, session: Any, continuous_usage: bool) -> AsyncIterator
         await events.aclose()
         if first is not None:
             timer.add("decode", time.perf_counter() - first)
+
+
+DRAIN_SECONDS = 0.5
+"""How long the end of a decode body may lag its ``[DONE]`` before the connection is dropped."""
+
+
+async def _drain(events: AsyncIterator[bytes]) -> None:
+    """Read a decode stream to its end after ``[DONE]`` (the engine ends the body right
+    after it), so its kept-alive connection goes back to the pool: httpx closes one whose
+    body was not read whole, and every decode leg then paid a new TCP connection."""
+    try:
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in events:
+                pass
+    except (TimeoutError, httpx.HTTPError, sse.SSEError):
+        pass  # the connection is closed instead
+
+
+def _unname_stop_token(choice: dict) -> None:
+    """A choice that stopped on its last token: ``stop_reason`` null, as vLLM's server would
+    say it before derender works it out.
+
+    A ``--tokens-only`` engine has no tokenizer, so render puts the model's EOS ids among the
+    stop ids and the engine names the EOS it stopped on (``stop_reason: 2``), where vLLM's
+    server, which checks its tokenizer's EOS first, says null. Given null and the token,
+    derender reports what vLLM's server does (wire brief §3.2 step 2): null for the
+    tokenizer's EOS unless ``ignore_eos``, else the id when it is one of the request's stop
+    ids or the generation config's EOS ids. (With ``include_stop_str_in_output`` derender
+    skips that step, so the caller leaves the engine's value.)
+    """
+    reason, ids = choice.get("stop_reason"), choice.get("token_ids")
+    if choice["finish_reason"] == "stop" and type(reason) is int and ids and ids[-1] == reason:
+        choice["stop_reason"] = None
 
 
 class Attempts:

@@ -24,6 +24,10 @@ class Responder:
         await self.send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def start_events(self, headers: Mapping[str, str]) -> None:
+        """Send a 200 event-stream head, unless a head was sent already (the driver sends it
+        when decode starts; its flows call this again at the first event)."""
+        if self.started:
+            return
         await self._start(200, {"content-type": "text/event-stream", "cache-control": "no-cache", **headers})
 
     async def event(self, obj: Any) -> None:
