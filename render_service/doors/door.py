@@ -1,10 +1,13 @@
 """`Door`: one request API over the shared chat plan, as data.
 
-A door that is not chat itself (Responses, Anthropic Messages) converts its request to the
-chat conversation render renders (``to_chat``), and turns the chat derender's deltas into
-its own events with an event machine (``open_machine`` / ``restore_machine``). Everything
-the HTTP routes, the driver and the back-door session need to know about an API is a field
-here, so adding an API is one module in ``doors/`` and one row in ``doors.DOORS``.
+Every door derenders through one session (`doors.session.StreamSession`) whose output its
+``answer`` builds (`doors.answers`): OpenAI chunks for chat and completions, the door's own
+events for the others. A door that is not chat itself (Responses, Anthropic Messages)
+converts its request to the chat conversation render renders (``to_chat``), and turns the
+chat derender's deltas into its own events with an event machine (``open_machine`` /
+``restore_machine``). Everything the HTTP routes, the driver and the session need to know
+about an API is a field here, so adding an API is one module in ``doors/`` and one row in
+``doors.DOORS``.
 """
 
 from __future__ import annotations
@@ -26,7 +29,10 @@ class Door:
 
     Request models (pydantic): ``request`` the client body; ``derender_request`` /
     ``derender_stream_request`` the derender bodies; ``pipe_header`` the pipe's first line.
-    ``request_field`` names the client body inside those (``responses_request``).
+    ``request_field`` names the client body inside those (``chat_request``,
+    ``responses_request``).
+    ``answer``: the answer builder class of a stream (`doors.answers`: plan, per-choice
+    output, stateless answer, pipe SSE).
 
     Behaviour:
         render(bundle, config, req, request_id, media) -> the GenerateRequest dict (a list of
@@ -50,11 +56,12 @@ class Door:
     request: type
     render: Callable[..., Any]
     error_body: Callable[[OpenAIError], dict]
+    derender_request: type
+    derender_stream_request: type
+    pipe_header: type
+    request_field: str
+    answer: type
     # the chat plan's own doors (chat, completions) leave the rest unset: render/ and derender/ are theirs
-    derender_request: type | None = None
-    derender_stream_request: type | None = None
-    pipe_header: type | None = None
-    request_field: str | None = None
     to_chat: Callable[[Any], dict] | None = None
     in_own_terms: Callable[[OpenAIError, Any], OpenAIError] | None = None
     open_machine: Callable[[Any, str], Any] | None = None

@@ -3,7 +3,7 @@
 per-hop timing as chat.
 
 render (``door.render``, or the render server's ``door.render_path``) → prefill leg →
-decode leg (SSE) → derender into the API's own objects: a `FrontDoorSession` kept in memory
+decode leg (SSE) → derender into the API's own objects: the door's `StreamSession` kept in memory
 for in-process derender, or the render server's stateless ``door.derender_path`` with the
 sealed ``stream_state`` round-tripped.
 
@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from ..doors import OVER_CHAT, Door
 from ..doors.messages.render import count_tokens as anthropic_count_tokens
 from ..doors.messages.wire import AnthropicCountTokensRequest
-from ..doors.session import FrontDoorSession
+from ..doors.session import StreamSession, driver_body
 from ..errors import OpenAIError
 from ..render.request import new_request_id
 from ..wire import sse
@@ -39,9 +39,8 @@ class _LocalStream:
     """In-process derender of one request; ``step`` returns ``{"choices", "events"}`` where
     ``choices`` tells the driver's decode loop when derender has finished."""
 
-    def __init__(self, hops: LocalHops, kind: str, req: Any, prompt: list[int]) -> None:
-        d = hops.derenderer
-        self.session = FrontDoorSession(d, kind, req, prompt, model=d.model_name(req.model))
+    def __init__(self, hops: LocalHops, door: Door, req: Any, prompt: list[int]) -> None:
+        self.session = StreamSession.open(hops.derenderer, door, driver_body(door, req, prompt, req.model))
 
     async def step(self, chunk: dict) -> dict:
         try:
@@ -143,7 +142,7 @@ class DoorFlow:
 
     def _open(self, door: Door, req: Any, body: dict, prompt: list[int]) -> _LocalStream | _RemoteStream:
         if isinstance(self.hops, LocalHops):
-            return _LocalStream(self.hops, door.name, req, prompt)
+            return _LocalStream(self.hops, door, req, prompt)
         return _RemoteStream(self.upstreams, self.render_url, door, body, prompt)
 
     async def stream(self, kind: str, body: dict, req: Any, leg: Leg, timer: HopTimer, out: Any, headers: dict,
@@ -188,7 +187,7 @@ class DoorFlow:
             d = hops.derenderer
 
             def run() -> dict:
-                session = FrontDoorSession(d, door.name, req, prompt, model=d.model_name(req.model))
+                session = StreamSession.open(d, door, driver_body(door, req, prompt, req.model))
                 return session.whole(GenerateResponse.model_validate(gen))
             try:
                 return await hops.run_cpu(run)

@@ -9,7 +9,7 @@
 
 `LocalHops` validates the client body once, into the typed request `render_chat` takes,
 and hands derender typed objects built from it (the engine's output is validated, as it
-comes from outside); its stream keeps a `StreamSession` in memory, like the pipe mode.
+comes from outside); its stream keeps the door's `StreamSession` in memory, like the pipe mode.
 `RemoteHops` calls a render server over HTTP with the bodies of wire brief §1.6/§1.7; its
 stream round-trips the sealed ``stream_state``, one call per chunk. ``kind`` is ``"chat"``
 or ``"completion"``.
@@ -22,7 +22,6 @@ or the driver was at fault, not the client).
 from __future__ import annotations
 
 import asyncio
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
@@ -30,8 +29,9 @@ import httpx
 import pydantic
 
 from ..serve.config import ServeConfig
-from ..derender.plan import chat_plan, completion_plan
-from ..derender.service import Derenderer, StreamSession
+from ..derender.service import Derenderer
+from ..doors import DOORS
+from ..doors.session import StreamSession, driver_body
 from ..errors import OpenAIError
 from ..doors.completions import render_completion
 from ..render import render_chat
@@ -125,22 +125,16 @@ class LocalStream:
     """Streaming derender of one request with the per-choice state kept in memory."""
 
     def __init__(self, d: Derenderer, kind: str, req: Any, prompt_ids: list[int]) -> None:
-        fields = _derender_fields(req)
-        if kind == "chat":
-            plan = chat_plan(d.bundle, d.config, fields, None, None)
-        else:
-            plan = completion_plan(d.bundle, fields, None)
-        self.session = StreamSession(d, plan, prompt_ids, {"c": int(time.time()), "pl": len(prompt_ids), "ch": {}})
-        self.model = d.model_name(req.model)
-        self.prompt_tokens = len(prompt_ids)
+        door = DOORS[kind]
+        self.session = StreamSession.open(d, door, driver_body(door, _derender_fields(req), prompt_ids, req.model))
 
     async def step(self, chunk: dict) -> dict:
         gen = _engine_output(chunk)
         try:
-            choices = self.session.step(gen, streaming_keep_empty=False)
+            choices = self.session.step(gen, keep_empty=False)
         except OpenAIError as exc:
             raise _derender_failed(exc) from None
-        return self.session.chunk(gen, choices, self.model, self.prompt_tokens)
+        return self.session.chunk(gen, choices)
 
 
 class RemoteHops:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...derender.assemble import response_id
+from ..answers import EventAnswer
 from ..door import Door
 from ..wire import anthropic_error_body, stream_error_event
 from .events import AnthropicMessage, AnthropicStream
@@ -38,6 +39,7 @@ DOOR = Door(
     derender_request=DerenderMessagesRequest,
     derender_stream_request=DerenderMessagesStreamRequest,
     pipe_header=PipeHeader,
+    answer=EventAnswer,
     request_field="messages_request",
     render=render_messages,
     to_chat=messages_to_chat,

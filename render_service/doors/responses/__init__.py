@@ -12,6 +12,7 @@ from typing import Any
 
 from ...derender.assemble import response_id
 from ...errors import OpenAIError
+from ..answers import EventAnswer
 from ..door import Door
 from ..wire import stream_error_event
 from .events import ResponsesStream, response_envelope
@@ -43,6 +44,7 @@ DOOR = Door(
     derender_request=DerenderResponsesRequest,
     derender_stream_request=DerenderResponsesStreamRequest,
     pipe_header=PipeHeader,
+    answer=EventAnswer,
     request_field="responses_request",
     render=lambda bundle, config, req, request_id, media=None: render_responses(bundle, config, req, media),
     to_chat=responses_to_chat,
