@@ -8,8 +8,9 @@ routes from `DOORS`; render/ and derender/ keep the shared mechanism.
 - ``completions.py`` OpenAI legacy completions (one `GenerateRequest` per prompt)
 - ``responses/``     OpenAI Responses (→ the chat conversation)
 - ``messages/``      Anthropic Messages (→ the chat conversation)
-- ``session.py``, ``pipe.py``  the back-door derender session (chat deltas → a door's
-  events) and its pipe mode, for the doors over chat
+- ``answers.py``   what each door's stream answers (OpenAI chunks, or the door's events)
+- ``session.py``, ``pipe.py``  the one derender stream session of every door (chat deltas
+  → the door's answer), stateless and piped
 - ``wire.py``        what those doors share on the wire, and each API's error shape
 
 A new API: a module here exporting ``DOOR`` and one row below.
