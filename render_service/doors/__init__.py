@@ -18,6 +18,9 @@ A new API: a module here exporting ``DOOR`` and one row below.
 
 from __future__ import annotations
 
+from typing import Callable
+
+from ..errors import OpenAIError
 from .chat import DOOR as CHAT
 from .completions import DOOR as COMPLETIONS
 from .door import Door
@@ -28,4 +31,16 @@ DOORS: dict[str, Door] = {door.name: door for door in (CHAT, COMPLETIONS, RESPON
 # the doors that convert to the chat plan and answer through their own event machine
 OVER_CHAT: dict[str, Door] = {name: door for name, door in DOORS.items() if door.over_chat}
 
-__all__ = ["DOORS", "Door", "OVER_CHAT"]
+
+
+def error_body_for(path: str) -> Callable[[OpenAIError], dict]:
+    """The error body maker of the route at ``path``: the door's that owns it
+    (`Door.owns_errors`), else OpenAI's (every route that is no door's)."""
+    path = path.rstrip("/")
+    for door in DOORS.values():
+        if door.owns_errors(path):
+            return door.error_body
+    return OpenAIError.body
+
+
+__all__ = ["DOORS", "Door", "OVER_CHAT", "error_body_for"]

@@ -46,7 +46,11 @@ class Door:
         done_events: event types that end a stream.
         stops(req) -> the request's stop strings (the driver cuts decode on them).
         error_body(err) -> the non-streaming error body; stream_error(err, sequence_number)
-            -> the last event of a failed stream.
+            -> the last event of a failed stream. The door's routes that answer in its shape:
+            `owns_errors` (its client route, ``count_tokens`` and derender routes; the render
+            route is vLLM's, OpenAI-shaped).
+        count_tokens(bundle, config, req, media) -> ``{"input_tokens"}`` of
+            ``count_tokens_request`` (served at ``path + "/count_tokens"``), or None.
     """
 
     name: str
@@ -71,6 +75,17 @@ class Door:
     done_events: frozenset[str] = frozenset()
     stops: Callable[[Any], list[str] | None] | None = None
     stream_error: Callable[[OpenAIError, int], dict] | None = None
+    count_tokens: Callable[..., dict] | None = None
+    count_tokens_request: type | None = None
+
+    @property
+    def count_tokens_path(self) -> str | None:
+        """``path + "/count_tokens"`` for a door that counts tokens, else None."""
+        return self.path + "/count_tokens" if self.count_tokens is not None else None
+
+    def owns_errors(self, path: str) -> bool:
+        """``path`` (no trailing slash) is a route of this door that answers in its error shape."""
+        return path == self.path or path == self.count_tokens_path or path.startswith(self.derender_path)
 
     @property
     def over_chat(self) -> bool:

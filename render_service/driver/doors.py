@@ -20,8 +20,6 @@ import logging
 from typing import Any, Mapping
 
 from ..doors import OVER_CHAT, Door
-from ..doors.messages.render import count_tokens as anthropic_count_tokens
-from ..doors.messages.wire import AnthropicCountTokensRequest
 from ..doors.session import StreamSession, driver_body
 from ..errors import OpenAIError
 from ..render.request import new_request_id
@@ -114,16 +112,16 @@ class DoorFlow:
         req = validate(door.request, rendered_body)
         return [await self._render(door, req, rendered_body, base_id)], req
 
-    async def count_tokens(self, body: Any) -> tuple[int, dict]:
-        """``POST /v1/messages/count_tokens`` → ``(status, body)``: the prompt length render
-        gives (a remote render is asked for the prompt itself), errors in Anthropic's shape."""
-        door = OVER_CHAT["messages"]
+    async def count_tokens(self, door: Door, body: Any) -> tuple[int, dict]:
+        """``POST <door.count_tokens_path>`` (``/v1/messages/count_tokens``) → ``(status, body)``:
+        the prompt length render gives (a remote render is asked for the prompt itself), errors
+        in the door's shape."""
         try:
-            req = validate(AnthropicCountTokensRequest, body)
+            req = validate(door.count_tokens_request, body)
             if isinstance(self.hops, LocalHops):
                 hops = self.hops
                 hops.check_model(req.model)
-                return 200, await hops.run_cpu(anthropic_count_tokens, hops.bundle, hops.config, req)
+                return 200, await hops.run_cpu(door.count_tokens, hops.bundle, hops.config, req)
             gen = await self._render(door, req, {**body, "max_tokens": req.max_tokens}, new_request_id())
             return 200, {"input_tokens": len(gen["token_ids"])}
         except OpenAIError as err:

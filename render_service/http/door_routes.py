@@ -18,10 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.routing import Route
 
-from ..doors import OVER_CHAT, Door
-from ..doors.messages.render import count_tokens as anthropic_count_tokens
-from ..doors.messages.render import messages_to_chat
-from ..doors.messages.wire import AnthropicCountTokensRequest
+from ..doors import DOORS, OVER_CHAT, Door
 from ..errors import OpenAIError
 from ..render.media import MediaInput, chat_media_parts, load_media_input, mm_payload
 from ..render.request import new_request_id
@@ -50,16 +47,18 @@ def routes(ctx: AppContext) -> list[Route]:
             return JSONResponse(await ctx.run_cpu(door.render, ctx.bundle, ctx.config, req, rid, loaded))
         return handle
 
-    async def count_tokens(request: Request) -> JSONResponse:
-        door = OVER_CHAT["messages"]
-        try:
-            req = validate(AnthropicCountTokensRequest, await read_json(request, ctx.config.max_body_bytes))
-            ctx.check_model(req.model)
-            loaded = await media(door, messages_to_chat(req)["messages"], req)
-            return JSONResponse(await ctx.run_cpu(anthropic_count_tokens, ctx.bundle, ctx.config, req, loaded))
-        except OpenAIError as err:
-            return error_response(err, request.url.path)
+    def count_tokens(door: Door):
+        async def handle(request: Request) -> JSONResponse:
+            try:
+                req = validate(door.count_tokens_request, await read_json(request, ctx.config.max_body_bytes))
+                ctx.check_model(req.model)
+                loaded = await media(door, door.to_chat(req)["messages"], req)
+                return JSONResponse(await ctx.run_cpu(door.count_tokens, ctx.bundle, ctx.config, req, loaded))
+            except OpenAIError as err:
+                return error_response(err, request.url.path)
+        return handle
 
     out = [Route(door.render_path, render(door), methods=["POST"]) for door in OVER_CHAT.values()]
-    out.append(Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]))
+    out += [Route(door.count_tokens_path, count_tokens(door), methods=["POST"])
+            for door in DOORS.values() if door.count_tokens is not None]
     return out

@@ -25,7 +25,7 @@ import uvicorn
 
 from ..errors import OpenAIError
 from ..wire import sse
-from ..doors.wire import error_body, stream_error_event
+from ..doors import DOORS
 from .responder import Responder
 
 log = logging.getLogger(__name__)
@@ -92,12 +92,12 @@ async def answer_cut(out: Responder, kind: str) -> None:
     """Close a request ended by the drain: an error event and the stream's end, or a 503."""
     err = OpenAIError(503, "The server is shutting down; retry the request.", type="ServiceUnavailableError")
     if not out.started:
-        await out.json(503, error_body(kind, err), {"retry-after": "1"})
+        await out.json(503, DOORS[kind].error_body(err), {"retry-after": "1"})
     elif kind in ("chat", "completion"):
         await out.event(err.body())
         await out.end_events("shutdown")
     else:  # Responses / Messages streams name their events and have no [DONE]
-        await out.end(sse.named_event("error", stream_error_event(kind, err)))
+        await out.end(sse.named_event("error", DOORS[kind].stream_error(err, 0)))
 
 
 class DrainingServer(uvicorn.Server):

@@ -13,10 +13,11 @@ from typing import Any
 from ...derender.assemble import response_id
 from ..answers import EventAnswer
 from ..door import Door
-from ..wire import anthropic_error_body, stream_error_event
+from ..wire import anthropic_error_body, anthropic_stream_error
 from .events import AnthropicMessage, AnthropicStream
-from .render import in_messages_terms, messages_to_chat, render_messages
-from .wire import AnthropicMessagesRequest, DerenderMessagesRequest, DerenderMessagesStreamRequest, PipeHeader
+from .render import count_tokens, in_messages_terms, messages_to_chat, render_messages
+from .wire import (AnthropicCountTokensRequest, AnthropicMessagesRequest, DerenderMessagesRequest,
+                   DerenderMessagesStreamRequest, PipeHeader)
 
 
 def _final(events: list[dict]) -> dict:
@@ -51,5 +52,7 @@ DOOR = Door(
     done_events=frozenset({"message_stop"}),
     stops=lambda req: req.stop_sequences,
     error_body=anthropic_error_body,
-    stream_error=lambda err, sequence_number=0: stream_error_event("messages", err, sequence_number),
+    stream_error=anthropic_stream_error,
+    count_tokens=count_tokens,
+    count_tokens_request=AnthropicCountTokensRequest,
 )

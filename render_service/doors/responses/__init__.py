@@ -14,7 +14,7 @@ from ...derender.assemble import response_id
 from ...errors import OpenAIError
 from ..answers import EventAnswer
 from ..door import Door
-from ..wire import stream_error_event
+from ..wire import openai_stream_error
 from .events import ResponsesStream, response_envelope
 from .render import in_input_terms, render_responses, responses_to_chat
 from .wire import DerenderResponsesRequest, DerenderResponsesStreamRequest, PipeHeader, ResponsesRequest
@@ -57,5 +57,5 @@ DOOR = Door(
     done_events=frozenset({"response.completed", "response.incomplete"}),
     stops=lambda req: req.stop,
     error_body=OpenAIError.body,
-    stream_error=lambda err, sequence_number=0: stream_error_event("responses", err, sequence_number),
+    stream_error=openai_stream_error,
 )
