@@ -125,7 +125,6 @@ def messages_to_chat(req: Any, disabled_thinking_effort: str = "none", merge_inl
                                else {"any": "required"}.get(kind, kind))
     if req.tools is not None:
         body["tools"] = [{"type": "function", "function": _function(t)} for t in req.tools]
-        body.setdefault("tool_choice", "auto")
     return body
 
 
