@@ -20,6 +20,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from pydantic import BaseModel
+
 from ..derender import assemble
 from ..derender.choice import ChoiceStream, Delta
 from ..derender.plan import MAX_CHOICES, Plan, chat_plan, completion_plan
@@ -51,6 +53,21 @@ class ChunkAnswer:
     @staticmethod
     def model(d: Any, door: Any, body: Any) -> str:
         return d.model_name(body.model)
+
+    @staticmethod
+    def driver_request(req: Any) -> ChatRequestFields:
+        """The fields derender reads, taken from the driver's validated client request (no
+        second validation)."""
+        values = {name: getattr(req, name) for name in ChatRequestFields.model_fields if hasattr(req, name)}
+        opts = values.get("stream_options")
+        if isinstance(opts, BaseModel):
+            values["stream_options"] = opts.model_dump()
+        return ChatRequestFields.model_construct(**values)
+
+    @staticmethod
+    def view(door: Any, answer: dict) -> dict:
+        """What the driver's decode loop reads of one chunk's answer (its ``choices``' finish)."""
+        return answer
 
     @staticmethod
     def check_header(door: Any, body: Any) -> None:
@@ -241,6 +258,16 @@ class EventAnswer:
     @staticmethod
     def model(d: Any, door: Any, body: Any) -> str:
         return d.model_name(body.model or getattr(body, door.request_field).model)
+
+    @staticmethod
+    def driver_request(req: Any) -> Any:
+        return req
+
+    @staticmethod
+    def view(door: Any, events: list[dict]) -> dict:
+        """``{"choices", "events"}``: ``choices`` tells the driver's decode loop when the stream has ended."""
+        done = any(ev["type"] in door.done_events for ev in events)
+        return {"choices": [{"index": 0, "finish_reason": "stop"}] if done else [], "events": events}
 
     @staticmethod
     def check_header(door: Any, body: Any) -> None:

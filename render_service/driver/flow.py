@@ -217,7 +217,7 @@ class ChatFlow:
         opts = body.get("stream_options") or {}
         include_usage = bool(opts.get("include_usage"))
         await leg.prefill()
-        session = self.hops.open_stream(kind, request, leg.prompt)
+        session = self.hops.open_stream(DOORS[kind], request, body, leg.prompt)
         chunks = relay(leg, session, bool(opts.get("continuous_usage_stats")))
         produced, usage_sent, last = 0, False, None
         async with contextlib.aclosing(chunks):
@@ -244,7 +244,7 @@ class ChatFlow:
 
         async def one(leg: Leg) -> dict:
             await leg.prefill()
-            watch = self.hops.open_stream(kind, request, leg.prompt) if stops else None
+            watch = self.hops.open_stream(DOORS[kind], request, body, leg.prompt) if stops else None
             collected = Collected(leg)
             async with contextlib.aclosing(relay(leg, watch, False)) as chunks:
                 async for chunk, _ in chunks:

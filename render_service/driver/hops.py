@@ -4,8 +4,9 @@
   prompt (chat: one), and the client request as this hop's derender takes it back;
 - ``derender(kind, request, gens, prompts) -> OpenAI response dict`` for the engine
   responses ``gens`` (one per rendered prompt, same order as ``prompts``);
-- ``open_stream(kind, request, prompt_ids) -> stream`` whose ``await step(engine_chunk)``
-  returns one OpenAI chunk dict (``chat.completion.chunk`` / ``text_completion``).
+- ``open_stream(door, request, body, prompt_ids) -> stream`` (any door) whose
+  ``await step(engine_chunk)`` returns the door's view of one chunk: the OpenAI chunk dict
+  (``chat.completion.chunk`` / ``text_completion``), or ``{"choices", "events"}``.
 
 `LocalHops` validates the client body once, into the typed request `render_chat` takes,
 and hands derender typed objects built from it (the engine's output is validated, as it
@@ -30,12 +31,13 @@ import pydantic
 
 from ..serve.config import ServeConfig
 from ..derender.service import Derenderer
-from ..doors import DOORS
+from ..doors import Door
+from ..doors.answers import ChunkAnswer
 from ..doors.session import StreamSession, driver_body
 from ..errors import OpenAIError
 from ..doors.completions import render_completion
 from ..render import render_chat
-from ..wire.derender import ChatRequestFields, DerenderChatRequest, DerenderCompletionRequest
+from ..wire.derender import DerenderChatRequest, DerenderCompletionRequest
 from ..wire.generate import GenerateResponse
 from ..wire.openai import ChatCompletionRequest, CompletionRequest
 from ..wire.validate import validate
@@ -47,7 +49,8 @@ RENDER_PATHS = {"chat": "/v1/chat/completions/render", "completion": "/v1/comple
 DERENDER_PATHS = {"chat": "/v1/chat/completions/derender", "completion": "/v1/completions/derender"}
 
 
-def _derender_failed(exc: Exception) -> HopError:
+def derender_failed(exc: Exception) -> HopError:
+    """A derender failure on the engine's output: the 502 `HopError` naming ``derender``."""
     message = exc.message if isinstance(exc, OpenAIError) else f"{type(exc).__name__}: {exc}"
     return HopError("derender", 502, f"derender hop failed on the engine output: {message}")
 
@@ -57,16 +60,7 @@ def _engine_output(gen: dict) -> GenerateResponse:
     try:
         return GenerateResponse.model_validate(gen)
     except pydantic.ValidationError as exc:
-        raise _derender_failed(exc) from None
-
-
-def _derender_fields(req: ChatCompletionRequest | CompletionRequest) -> ChatRequestFields:
-    """The fields derender reads, taken from the already-validated request (no second validation)."""
-    values = {name: getattr(req, name) for name in ChatRequestFields.model_fields if hasattr(req, name)}
-    opts = values.get("stream_options")
-    if isinstance(opts, pydantic.BaseModel):
-        values["stream_options"] = opts.model_dump()
-    return ChatRequestFields.model_construct(**values)
+        raise derender_failed(exc) from None
 
 
 class LocalHops:
@@ -100,7 +94,7 @@ class LocalHops:
         return await self.run_cpu(render_completion, self.bundle, self.config, creq, request_id), creq
 
     async def derender(self, kind: str, req: Any, gens: list[dict], prompts: list[list[int]]) -> dict:
-        fields = _derender_fields(req)
+        fields = ChunkAnswer.driver_request(req)
         responses = [_engine_output(g) for g in gens]
         if kind == "chat":
             call = DerenderChatRequest.model_construct(
@@ -115,26 +109,31 @@ class LocalHops:
         try:
             return await self.run_cpu(fn, call)
         except OpenAIError as exc:
-            raise _derender_failed(exc) from None
+            raise derender_failed(exc) from None
 
-    def open_stream(self, kind: str, req: Any, prompt_ids: list[int]) -> "LocalStream":
-        return LocalStream(self.derenderer, kind, req, prompt_ids)
+    def open_stream(self, door: Door, req: Any, body: dict, prompt_ids: list[int]) -> "LocalStream":
+        """``req``: the validated client request (``body`` is the remote hops')."""
+        return LocalStream(self.derenderer, door, req, prompt_ids)
 
 
 class LocalStream:
-    """Streaming derender of one request with the per-choice state kept in memory."""
+    """Streaming derender of one request of any door, its session kept in memory."""
 
-    def __init__(self, d: Derenderer, kind: str, req: Any, prompt_ids: list[int]) -> None:
-        door = DOORS[kind]
-        self.session = StreamSession.open(d, door, driver_body(door, _derender_fields(req), prompt_ids, req.model))
+    def __init__(self, d: Derenderer, door: Door, req: Any, prompt_ids: list[int]) -> None:
+        answer = door.answer
+        self.session = StreamSession.open(d, door, driver_body(door, answer.driver_request(req), prompt_ids, req.model))
 
     async def step(self, chunk: dict) -> dict:
-        gen = _engine_output(chunk)
+        s, gen = self.session, _engine_output(chunk)
         try:
-            choices = self.session.step(gen, keep_empty=False)
-        except OpenAIError as exc:
-            raise _derender_failed(exc) from None
-        return self.session.chunk(gen, choices)
+            items = s.step(gen, keep_empty=s.answer.streams_empty)
+        except Exception as exc:
+            raise derender_failed(exc) from None
+        return s.door.answer.view(s.door, s.chunk(gen, items))
+
+    def finish(self) -> list[dict]:
+        """The events that close a stream the engine did not finish (event doors; chunks: none)."""
+        return self.session.finish("abort")
 
 
 class RemoteHops:
@@ -163,24 +162,28 @@ class RemoteHops:
                        "completion_request": body}
         return await post_json(self.client(), "derender", self.url, DERENDER_PATHS[kind], payload)
 
-    def open_stream(self, kind: str, body: dict, prompt_ids: list[int]) -> "RemoteStream":
-        return RemoteStream(self, kind, body, prompt_ids)
+    def open_stream(self, door: Door, req: Any, body: dict, prompt_ids: list[int]) -> "RemoteStream":
+        """``body``: the client body as it came (``req`` is the local hops')."""
+        return RemoteStream(self, door, body, prompt_ids)
 
 
 class RemoteStream:
     """Stateless streaming derender: each call sends the chunk and the previous
     ``stream_state`` and keeps the returned one (wire brief §1.6)."""
 
-    def __init__(self, hops: RemoteHops, kind: str, body: dict, prompt_ids: list[int]) -> None:
-        self.hops, self.kind, self.state = hops, kind, None
+    def __init__(self, hops: RemoteHops, door: Door, body: dict, prompt_ids: list[int]) -> None:
+        self.hops, self.door, self.state = hops, door, None
         self.fixed = {"stream": True, "model": body.get("model"), "prompt_tokens": len(prompt_ids),
-                      "prompt_token_ids": prompt_ids,
-                      ("chat_request" if kind == "chat" else "completion_request"): body}
+                      "prompt_token_ids": prompt_ids, door.request_field: body}
 
     async def step(self, chunk: dict) -> dict:
-        out = await post_json(self.hops.client(), "derender", self.hops.url, DERENDER_PATHS[self.kind],
+        door, key = self.door, self.door.answer.key
+        out = await post_json(self.hops.client(), "derender", self.hops.url, door.derender_path,
                               {**self.fixed, "generate_chunk": chunk, "stream_state": self.state})
-        if not isinstance(out, dict) or not isinstance(out.get("chunk"), dict):
-            raise HopError("derender", 502, f"derender hop failed: {self.hops.url} returned no `chunk`.")
+        if not isinstance(out, dict) or not isinstance(out.get(key), (dict, list)):
+            raise HopError("derender", 502, f"derender hop failed: {self.hops.url} returned no `{key}`.")
         self.state = out.get("stream_state")
-        return out["chunk"]
+        return door.answer.view(door, out[key])
+
+    def finish(self) -> list[dict]:
+        return []
