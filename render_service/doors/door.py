@@ -38,6 +38,9 @@ class Door:
         render(bundle, config, req, request_id, media) -> the GenerateRequest dict (a list of
             them for completions).
         to_chat(req) -> the chat request dict the chat plan renders and derender plans from.
+        render_body(bundle, config, req) -> the chat body ``render`` renders (``to_chat`` under
+            this server's template and flags), made once by the render route, which loads the
+            media from it and passes it on: ``render(..., media, body=...)``.
         in_own_terms(err, req) -> the error with ``param`` named in this API's fields.
         open_machine(session, request_id) -> the event machine of a new stream;
             restore_machine(state) -> one from ``export_state()``.
@@ -75,6 +78,7 @@ class Door:
     done_events: frozenset[str] = frozenset()
     stops: Callable[[Any], list[str] | None] | None = None
     stream_error: Callable[[OpenAIError, int], dict] | None = None
+    render_body: Callable[[Any, Any, Any], dict] | None = None
     count_tokens: Callable[..., dict] | None = None
     count_tokens_request: type | None = None
 

@@ -43,8 +43,9 @@ def routes(ctx: AppContext) -> list[Route]:
             req = validate(door.request, await read_json(request, ctx.config.max_body_bytes))
             ctx.check_model(req.model)
             rid = first_header(request, b"x-request-id") or new_request_id()
-            loaded = await media(door, door.to_chat(req)["messages"], req)
-            return JSONResponse(await ctx.run_cpu(door.render, ctx.bundle, ctx.config, req, rid, loaded))
+            body = door.render_body(ctx.bundle, ctx.config, req)  # converted once: the media come from it
+            loaded = await media(door, body["messages"], req)
+            return JSONResponse(await ctx.run_cpu(door.render, ctx.bundle, ctx.config, req, rid, loaded, body))
         return handle
 
     def count_tokens(door: Door):
@@ -52,8 +53,9 @@ def routes(ctx: AppContext) -> list[Route]:
             try:
                 req = validate(door.count_tokens_request, await read_json(request, ctx.config.max_body_bytes))
                 ctx.check_model(req.model)
-                loaded = await media(door, door.to_chat(req)["messages"], req)
-                return JSONResponse(await ctx.run_cpu(door.count_tokens, ctx.bundle, ctx.config, req, loaded))
+                body = door.render_body(ctx.bundle, ctx.config, req)
+                loaded = await media(door, body["messages"], req)
+                return JSONResponse(await ctx.run_cpu(door.count_tokens, ctx.bundle, ctx.config, req, loaded, body))
             except OpenAIError as err:
                 return error_response(err, request.url.path)
         return handle

@@ -15,7 +15,7 @@ from ..answers import EventAnswer
 from ..door import Door
 from ..wire import anthropic_error_body, anthropic_stream_error
 from .events import AnthropicMessage, AnthropicStream
-from .render import count_tokens, in_messages_terms, messages_to_chat, render_messages
+from .render import count_tokens, in_messages_terms, messages_render_body, messages_to_chat, render_messages
 from .wire import (AnthropicCountTokensRequest, AnthropicMessagesRequest, DerenderMessagesRequest,
                    DerenderMessagesStreamRequest, PipeHeader)
 
@@ -44,6 +44,7 @@ DOOR = Door(
     request_field="messages_request",
     render=render_messages,
     to_chat=messages_to_chat,
+    render_body=messages_render_body,
     in_own_terms=lambda err, req: in_messages_terms(err, req, False),
     open_machine=_open_machine,
     restore_machine=lambda state: AnthropicStream(state=state),

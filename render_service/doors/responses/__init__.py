@@ -16,7 +16,7 @@ from ..answers import EventAnswer
 from ..door import Door
 from ..wire import openai_stream_error
 from .events import ResponsesStream, response_envelope
-from .render import in_input_terms, render_responses, responses_to_chat
+from .render import in_input_terms, render_responses, responses_render_body, responses_to_chat
 from .wire import DerenderResponsesRequest, DerenderResponsesStreamRequest, PipeHeader, ResponsesRequest
 
 
@@ -46,8 +46,10 @@ DOOR = Door(
     pipe_header=PipeHeader,
     answer=EventAnswer,
     request_field="responses_request",
-    render=lambda bundle, config, req, request_id, media=None: render_responses(bundle, config, req, media),
+    render=lambda bundle, config, req, request_id, media=None, body=None: render_responses(bundle, config, req, media,
+                                                                                          body),
     to_chat=responses_to_chat,
+    render_body=responses_render_body,
     in_own_terms=in_input_terms,
     open_machine=_open_machine,
     restore_machine=lambda state: ResponsesStream(state=state),
