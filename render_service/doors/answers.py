@@ -139,6 +139,12 @@ class ChatAnswer(ChunkAnswer):
     ``parse_context`` / ``sampling_params``."""
 
     kind = "chat"
+    many_prompts = False  # render gives one GenerateRequest
+
+    @staticmethod
+    def whole_fields(gens: list, prompts: list[list[int]]) -> dict:
+        """The engine output of a non-streaming derender body (wire brief §1.6), one prompt."""
+        return {"generate_response": gens[0], "prompt_tokens": len(prompts[0]), "prompt_token_ids": prompts[0]}
 
     @staticmethod
     def request(door: Any, body: Any) -> Any:
@@ -162,6 +168,12 @@ class CompletionAnswer(ChunkAnswer):
     """``text_completion`` chunks; the plan is `completion_plan` of ``completion_request``."""
 
     kind = "completion"
+    many_prompts = True  # render gives one GenerateRequest per prompt
+
+    @staticmethod
+    def whole_fields(gens: list, prompts: list[list[int]]) -> dict:
+        """The engine outputs of a non-streaming derender body (wire brief §1.7), one per prompt."""
+        return {"generate_responses": gens, "prompt_tokens": [len(p) for p in prompts], "prompt_token_ids": prompts}
 
     @staticmethod
     def request(door: Any, body: Any) -> Any:

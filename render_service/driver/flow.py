@@ -199,7 +199,7 @@ class ChatFlow:
         return headers.get("x-request-id") or body.get("request_id") or new_request_id()
 
     async def render(self, kind: str, rendered_body: dict, body: dict, base_id: str) -> tuple[list[dict], Any]:
-        gens, request = await self.hops.render(kind, rendered_body, base_id)
+        gens, request = await self.hops.render(DOORS[kind], rendered_body, base_id)
         if request is rendered_body:  # a remote derender needs no history ids
             request = body
         return gens, request
@@ -261,7 +261,7 @@ class ChatFlow:
                 raise _first_error(group) from None
             gens = [t.result() for t in tasks]
         with timer.measure("derender"):
-            response = await self.hops.derender(kind, request, gens, [leg.prompt for leg in legs])
+            response = await self.hops.derender(DOORS[kind], request, gens, [leg.prompt for leg in legs])
         await out.json(200, response, {**headers, "server-timing": timer.server_timing()})
 
 

@@ -1,19 +1,19 @@
 """The render and derender hops, in this process or on a render server. Same interface:
 
-- ``render(kind, body, request_id) -> (gens, request)``: one `GenerateRequest` dict per
+- ``render(door, body, request_id) -> (gens, request)``: one `GenerateRequest` dict per
   prompt (chat: one), and the client request as this hop's derender takes it back;
-- ``derender(kind, request, gens, prompts) -> OpenAI response dict`` for the engine
+- ``derender(door, request, gens, prompts) -> OpenAI response dict`` for the engine
   responses ``gens`` (one per rendered prompt, same order as ``prompts``);
 - ``open_stream(door, request, body, prompt_ids) -> stream`` (any door) whose
   ``await step(engine_chunk)`` returns the door's view of one chunk: the OpenAI chunk dict
   (``chat.completion.chunk`` / ``text_completion``), or ``{"choices", "events"}``.
 
-`LocalHops` validates the client body once, into the typed request `render_chat` takes,
+`LocalHops` validates the client body once, into the typed request the door's render takes,
 and hands derender typed objects built from it (the engine's output is validated, as it
 comes from outside); its stream keeps the door's `StreamSession` in memory, like the pipe mode.
 `RemoteHops` calls a render server over HTTP with the bodies of wire brief §1.6/§1.7; its
-stream round-trips the sealed ``stream_state``, one call per chunk. ``kind`` is ``"chat"``
-or ``"completion"``.
+stream round-trips the sealed ``stream_state``, one call per chunk. ``door``: a `Door` of
+`doors.DOORS` (render and derender: chat or completions; streams: any).
 
 Errors: render problems are `OpenAIError` 4xx for the client (a remote render's 4xx
 verbatim); a derender failure is a 502 `HopError` naming ``derender`` (the engine output
@@ -32,21 +32,13 @@ import pydantic
 from ..serve.config import ServeConfig
 from ..derender.service import Derenderer
 from ..doors import Door
-from ..doors.answers import ChunkAnswer
-from ..doors.session import StreamSession, driver_body
+from ..doors.session import Derender, StreamSession, driver_body
 from ..errors import OpenAIError
-from ..doors.completions import render_completion
-from ..render import render_chat
-from ..wire.derender import DerenderChatRequest, DerenderCompletionRequest
 from ..wire.generate import GenerateResponse
-from ..wire.openai import ChatCompletionRequest, CompletionRequest
 from ..wire.validate import validate
 from .upstream import HopError, post_json
 
 T = TypeVar("T")
-
-RENDER_PATHS = {"chat": "/v1/chat/completions/render", "completion": "/v1/completions/render"}
-DERENDER_PATHS = {"chat": "/v1/chat/completions/derender", "completion": "/v1/completions/derender"}
 
 
 def derender_failed(exc: Exception) -> HopError:
@@ -70,6 +62,7 @@ class LocalHops:
     def __init__(self, bundle: Any, config: ServeConfig) -> None:
         self.bundle, self.config = bundle, config
         self.derenderer = Derenderer(bundle, config)
+        self.derender_calls = Derender(self.derenderer)
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="cpu")
 
     async def run_cpu(self, fn: Callable[..., T], *args: Any) -> T:
@@ -83,31 +76,20 @@ class LocalHops:
             raise OpenAIError(404, f"The model `{model}` does not exist. Valid aliases: {', '.join(names)}.",
                               param="model")
 
-    async def render(self, kind: str, body: dict, request_id: str) -> tuple[list[dict], Any]:
+    async def render(self, door: Door, body: dict, request_id: str) -> tuple[list[dict], Any]:
         """Raises `OpenAIError` (400 bad request, 404 unknown model)."""
-        if kind == "chat":
-            req = validate(ChatCompletionRequest, body)
-            self.check_model(req.model)
-            return [await self.run_cpu(render_chat, self.bundle, self.config, req, request_id)], req
-        creq = validate(CompletionRequest, body)
-        self.check_model(creq.model)
-        return await self.run_cpu(render_completion, self.bundle, self.config, creq, request_id), creq
+        req = validate(door.request, body)
+        self.check_model(req.model)
+        out = await self.run_cpu(door.render, self.bundle, self.config, req, request_id)
+        return (out if door.answer.many_prompts else [out]), req
 
-    async def derender(self, kind: str, req: Any, gens: list[dict], prompts: list[list[int]]) -> dict:
-        fields = ChunkAnswer.driver_request(req)
+    async def derender(self, door: Door, req: Any, gens: list[dict], prompts: list[list[int]]) -> dict:
         responses = [_engine_output(g) for g in gens]
-        if kind == "chat":
-            call = DerenderChatRequest.model_construct(
-                stream=False, model=req.model, generate_response=responses[0], prompt_tokens=len(prompts[0]),
-                prompt_token_ids=prompts[0], chat_request=fields, parse_context=None, sampling_params=None)
-            fn = self.derenderer.chat
-        else:
-            call = DerenderCompletionRequest.model_construct(
-                stream=False, model=req.model, generate_responses=responses, prompt_tokens=[len(p) for p in prompts],
-                prompt_token_ids=prompts, completion_request=fields, sampling_params=None)
-            fn = self.derenderer.completion
+        call = door.derender_request.model_construct(
+            stream=False, model=req.model, **door.answer.whole_fields(responses, prompts),
+            **{door.request_field: door.answer.driver_request(req)})
         try:
-            return await self.run_cpu(fn, call)
+            return await self.run_cpu(self.derender_calls.whole, door, call)
         except OpenAIError as exc:
             raise derender_failed(exc) from None
 
@@ -144,23 +126,17 @@ class RemoteHops:
         self.url = url
         self.client = client
 
-    async def render(self, kind: str, body: dict, request_id: str) -> tuple[list[dict], dict]:
-        out = await post_json(self.client(), "render", self.url, RENDER_PATHS[kind], body,
+    async def render(self, door: Door, body: dict, request_id: str) -> tuple[list[dict], dict]:
+        out = await post_json(self.client(), "render", self.url, door.render_path, body,
                               headers={"X-Request-Id": request_id})
-        gens = [out] if kind == "chat" else out
+        gens = out if door.answer.many_prompts else [out]
         if not isinstance(gens, list) or not gens or not all(isinstance(g, dict) and g.get("token_ids") for g in gens):
             raise HopError("render", 502, f"render hop failed: {self.url} returned something that is not a GenerateRequest.")
         return gens, body
 
-    async def derender(self, kind: str, body: dict, gens: list[dict], prompts: list[list[int]]) -> dict:
-        if kind == "chat":
-            payload = {"model": body.get("model"), "generate_response": gens[0], "prompt_tokens": len(prompts[0]),
-                       "prompt_token_ids": prompts[0], "chat_request": body}
-        else:
-            payload = {"model": body.get("model"), "generate_responses": gens,
-                       "prompt_tokens": [len(p) for p in prompts], "prompt_token_ids": prompts,
-                       "completion_request": body}
-        return await post_json(self.client(), "derender", self.url, DERENDER_PATHS[kind], payload)
+    async def derender(self, door: Door, body: dict, gens: list[dict], prompts: list[list[int]]) -> dict:
+        payload = {"model": body.get("model"), **door.answer.whole_fields(gens, prompts), door.request_field: body}
+        return await post_json(self.client(), "derender", self.url, door.derender_path, payload)
 
     def open_stream(self, door: Door, req: Any, body: dict, prompt_ids: list[int]) -> "RemoteStream":
         """``body``: the client body as it came (``req`` is the local hops')."""
