@@ -130,6 +130,13 @@ class ChunkAnswer:
         """An engine ``{"error": …}`` event: forwarded, then the end."""
         return sse.event(obj) + sse.DONE
 
+    @staticmethod
+    async def end_cut(out: Any, door: Any, err: OpenAIError) -> None:
+        """End a started stream the server's drain cut (``out``: an `http.responder.Responder`):
+        an error event, then ``[DONE]`` (vLLM's way)."""
+        await out.event(door.error_body(err))
+        await out.end_events("shutdown")
+
     def fail(self, s: Any, err: OpenAIError) -> bytes:
         return sse.event(err.body()) + sse.DONE
 
@@ -343,6 +350,11 @@ class EventAnswer:
 
     def done(self, s: Any) -> bytes:
         return self.sse(s, None, s.finish("abort"))
+
+    @staticmethod
+    async def end_cut(out: Any, door: Any, err: OpenAIError) -> None:
+        """End a started stream the server's drain cut: the API's ``error`` event (no ``[DONE]``)."""
+        await out.end(sse.named_event("error", door.stream_error(err, 0)))
 
     def engine_error(self, s: Any, obj: dict) -> bytes:
         err = obj["error"] if isinstance(obj["error"], dict) else {"message": str(obj["error"])}

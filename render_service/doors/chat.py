@@ -28,4 +28,5 @@ DOOR = Door(
     pipe_header=PipeHeader,
     request_field="chat_request",
     answer=ChatAnswer,
+    derender_aliases=("/derender",),
 )

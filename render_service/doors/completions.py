@@ -102,4 +102,5 @@ DOOR = Door(
     pipe_header=PipeHeader,
     request_field="completion_request",
     answer=CompletionAnswer,
+    conversation=False,
 )

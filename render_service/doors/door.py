@@ -80,6 +80,8 @@ class Door:
     stream_error: Callable[[OpenAIError, int], dict] | None = None
     render_body: Callable[[Any, Any, Any], dict] | None = None
     count_tokens: Callable[..., dict] | None = None
+    derender_aliases: tuple[str, ...] = ()  # more paths of the derender route (chat: vLLM's ``/derender``)
+    conversation: bool = True  # requests are turns of a conversation (the driver's KV reuse keys them)
     count_tokens_request: type | None = None
 
     @property

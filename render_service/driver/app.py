@@ -80,7 +80,7 @@ class DriveEndpoint:
                 with contextlib.suppress(asyncio.CancelledError):
                     await work
             elif shutting_down(work, rscope):  # the drain ended it: say so, then abort its legs
-                await answer_cut(out, self.kind)
+                await answer_cut(out, DOORS[self.kind])
         finally:
             self.drain.untrack(work)
             gone.cancel()

@@ -153,7 +153,7 @@ class Driver:
         base_id = str(flow.request_id(body, headers))
         reply_headers = {"x-request-id": base_id}
         key = conversation_key(body, headers)
-        reuse = self.kv_reuse if kind != "completion" and key is not None else None
+        reuse = self.kv_reuse if DOORS[kind].conversation and key is not None else None
         sent = Sent()
         try:
             with timer.measure("render"):

@@ -65,8 +65,7 @@ def routes(ctx: AppContext) -> list[Route]:
         known.append(body)
         endpoint = DerenderEndpoint(ctx, door, body, functools.partial(derender.whole, door),
                                     functools.partial(derender.stream, door))
-        paths = (door.derender_path, "/derender") if door.name == "chat" else (door.derender_path,)
-        out += [Route(path, endpoint, methods=["POST"]) for path in paths]
+        out += [Route(path, endpoint, methods=["POST"]) for path in (door.derender_path, *door.derender_aliases)]
         out.append(Route(door.derender_path + "/pipe", PipeEndpoint(ctx, d, door), methods=["POST"]))
     ctx.metrics.add_collector(_KeptStateCollector(d.live, tuple(known)))
     return out
@@ -214,7 +213,7 @@ class PipeEndpoint:
         if shutting_down(work, ended):  # shutdown: an error event and the stream's end, not a cut
             out = Responder(send)
             out.started = True
-            await answer_cut(out, self.door.name)
+            await answer_cut(out, self.door)
             return
         work.result()
 
