@@ -63,9 +63,9 @@ def routes(ctx: AppContext) -> list[Route]:
         # a stream's prompt ids and the API's request come with every chunk: validated once (derender.known)
         body = _known(door)
         known.append(body)
-        endpoint = DerenderEndpoint(ctx, door, body, functools.partial(derender.whole, door),
-                                    functools.partial(derender.stream, door))
-        out += [Route(path, endpoint, methods=["POST"]) for path in (door.derender_path, *door.derender_aliases)]
+        whole, stream = functools.partial(derender.whole, door), functools.partial(derender.stream, door)
+        out += [Route(path, DerenderEndpoint(ctx, path, door, body, whole, stream), methods=["POST"])
+                for path in (door.derender_path, *door.derender_aliases)]
         out.append(Route(door.derender_path + "/pipe", PipeEndpoint(ctx, d, door), methods=["POST"]))
     ctx.metrics.add_collector(_KeptStateCollector(d.live, tuple(known)))
     return out
@@ -88,11 +88,14 @@ def _nullable(model: type, field: str) -> type:
     return create_model(model.__name__, __base__=model, **{field: (info.annotation | None, ...)})
 
 
-def error_answer(door: Door, err: OpenAIError) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    """``err`` as ``door``'s answer: status, headers (``Retry-After`` on a 503), JSON body."""
+async def send_error(send: Callable, door: Door, err: OpenAIError, pipe: bool = False) -> None:
+    """Answer ``err`` in ``door``'s shape, ``Retry-After`` on a 503; the head as each route
+    always sent it (a JSON route: starlette's order; a pipe: content-type first)."""
     body = orjson.dumps(door.error_body(err))
-    return err.status, [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                        *refusal_headers(err)], body
+    length, kind = (b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")
+    headers = [kind, length, *refusal_headers(err)] if pipe else [*refusal_headers(err), length, kind]
+    await send({"type": "http.response.start", "status": err.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 class DerenderEndpoint:
@@ -103,12 +106,13 @@ class DerenderEndpoint:
     answer's head is what starlette's `JSONResponse` sends: ``content-length``, then
     ``content-type: application/json``."""
 
-    def __init__(self, ctx: AppContext, door: Door, known: KnownBody, whole: Callable, stream: Callable) -> None:
+    def __init__(self, ctx: AppContext, path: str, door: Door, known: KnownBody, whole: Callable,
+                 stream: Callable) -> None:
         self.ctx, self.door, self.known = ctx, door, known
         field = door.request_field
         self.plain = (door.derender_request, _nullable(door.derender_request, field), whole)
         self.streamed = (door.derender_stream_request, _nullable(door.derender_stream_request, field), stream)
-        self.chunks = ctx.metrics.derender_chunks.labels(door.derender_path)  # the route's counter, looked up once
+        self.chunks = ctx.metrics.derender_chunks.labels(path)  # the route's counter, looked up once
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         ctx = self.ctx
@@ -129,18 +133,13 @@ class DerenderEndpoint:
                 self.chunks.inc()
             out = orjson.dumps(result)
         except OpenAIError as err:
-            return await self._answer(send, *error_answer(self.door, err))
+            return await send_error(send, self.door, err)
         except Exception:  # a bug of ours: say so without leaking internals
             log.exception("%s derender failed", self.door.name)
-            return await self._answer(send, *error_answer(self.door, OpenAIError(500, "Internal error while derendering.")))
+            return await send_error(send, self.door, OpenAIError(500, "Internal error while derendering."))
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-length", str(len(out)).encode()), (b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": out})
-
-    @staticmethod
-    async def _answer(send: Callable, status: int, headers: list, body: bytes) -> None:
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
 
 
 class _KeptStateCollector:
@@ -244,9 +243,7 @@ class PipeEndpoint:
         return Pipe(self.d, door, header)
 
     async def _error(self, send: Callable, err: OpenAIError) -> None:
-        status, headers, body = error_answer(self.door, err)
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+        await send_error(send, self.door, err, pipe=True)
 
 
 __all__ = ["routes", "DerenderEndpoint", "PipeEndpoint"]
