@@ -38,7 +38,7 @@ class ChunkAnswer:
     (``chat_request`` / ``completion_request``), ``sampling_params``, ``stream_options``.
     """
 
-    key = "chunk"  # the stateless answer's key
+    key, key_type = "chunk", dict  # the stateless answer's key, and its value's type
     kind = ""  # assemble's name of the API: "chat" | "completion"
     streams_empty = False  # the pipe and the driver send no chunk for an empty delta
     request_fields: type | None = ChatRequestFields  # the request's model (the keys it reads: `derender.known`)
@@ -253,7 +253,7 @@ class EventAnswer:
     under ``door.request_field``, or a namespace with that attribute (the driver).
     """
 
-    key = "events"
+    key, key_type = "events", list
     streams_empty = True  # the machine decides what an empty delta sends
     request_fields: type | None = None  # (a lenient request: kept by its bytes only)
 

@@ -156,7 +156,7 @@ class RemoteStream:
         door, key = self.door, self.door.answer.key
         out = await post_json(self.hops.client(), "derender", self.hops.url, door.derender_path,
                               {**self.fixed, "generate_chunk": chunk, "stream_state": self.state})
-        if not isinstance(out, dict) or not isinstance(out.get(key), (dict, list)):
+        if not isinstance(out, dict) or not isinstance(out.get(key), door.answer.key_type):
             raise HopError("derender", 502, f"derender hop failed: {self.hops.url} returned no `{key}`.")
         self.state = out.get("stream_state")
         return door.answer.view(door, out[key])
