@@ -20,6 +20,7 @@ class ServeConfig(Protocol):
     tool_call_parser: str | None
     enable_auto_tool_choice: bool
     default_chat_template_kwargs: dict
+    exclude_tools_when_tool_choice_none: bool
 
 # Keys the template takes as its own arguments; a request cannot set them through kwargs.
 _RESERVED_TEMPLATE_KWARGS = ("messages", "tools", "documents", "add_generation_prompt", "continue_final_message")
@@ -40,6 +41,14 @@ def effective_tool_choice(tool_choice: str | dict | None, tools: list | None) ->
     if tool_choice is not None:
         return tool_choice
     return "auto" if tools else "none"
+
+
+def template_tools(config: ServeConfig, tools: list | None, tool_choice: str | dict) -> list | None:
+    """The ``tools`` the chat template sees: none under ``tool_choice`` ``none`` with
+    ``--exclude-tools-when-tool-choice-none`` (vLLM's flag), else the request's."""
+    if tools is not None and tool_choice == "none" and config.exclude_tools_when_tool_choice_none:
+        return None
+    return tools
 
 
 def named_tool(tool_choice: str | dict | None) -> str | None:

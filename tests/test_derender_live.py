@@ -12,6 +12,8 @@ import pytest
 from conftest import needs_shared, qwen3_hermes
 from render_service.derender.live import LiveStreams
 from render_service.derender.service import Derenderer
+from render_service.doors import DOORS
+from render_service.doors.session import Derender
 from render_service.wire.derender import DerenderChatStreamRequest
 from render_service.wire.validate import validate
 
@@ -39,7 +41,7 @@ def body(ids: list[int], last: bool, state: dict | None, **chat) -> dict:
 def call(d: Derenderer, b: dict) -> dict:
     """One chunk as over HTTP: the body and the answer each go through JSON."""
     req = validate(DerenderChatStreamRequest, orjson.loads(orjson.dumps(b)))
-    return orjson.loads(orjson.dumps(d.chat_stream(req)))
+    return orjson.loads(orjson.dumps(Derender(d).stream(DOORS["chat"], req)))
 
 
 def comparable(answer: dict) -> dict:

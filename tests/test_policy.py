@@ -93,3 +93,18 @@ def test_derender_takes_starts_in_reasoning_from_parse_context():
         assert told["reasoning"] == "I think so." and told["content"].strip() == "Yes."
         judged = message(ctx)
         assert judged["reasoning"] is None and "I think so." in judged["content"]
+
+
+def test_template_tools_leave_tools_out_only_under_none_with_the_flag():
+    """One place decides the template's tools (render's prompt and the agent-turn check both ask it)."""
+    from types import SimpleNamespace
+
+    from render_service import policy
+
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    on, off = (SimpleNamespace(exclude_tools_when_tool_choice_none=flag) for flag in (True, False))
+    assert policy.template_tools(on, tools, "none") is None
+    assert policy.template_tools(on, tools, "auto") is tools
+    assert policy.template_tools(on, tools, {"type": "function", "function": {"name": "f"}}) is tools
+    assert policy.template_tools(off, tools, "none") is tools
+    assert policy.template_tools(on, None, "none") is None

@@ -9,10 +9,11 @@ Module map (each one job, all sans-IO; request bodies are in ``render_service/wi
 - ``logprobs.py`` engine id logprobs → OpenAI token strings/bytes
 - ``assemble.py`` `Delta` → OpenAI JSON (message, chunk delta, envelopes)
 - ``state.py``    the versioned, HMAC-sealed, bounded ``stream_state``
-- ``service.py``  `Derenderer`: non-streaming and stateless streaming entry points
-- ``pipe.py``     one-connection mode: engine SSE in, OpenAI SSE out
+- ``live.py``, ``known.py``  streams kept live; request fields validated once
+- ``service.py``  `Derenderer`: body checks, non-streaming chat/completions, codec, live streams
 
-The HTTP adapters are in ``render_service/http/derender_routes.py``; user docs in
+Every door's stream (stateless, pipe, driver) is one `render_service.doors.session.StreamSession`;
+the HTTP adapters are in ``render_service/http/derender_routes.py``; user docs in
 ``docs/derender.md``.
 """
 

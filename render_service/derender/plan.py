@@ -44,7 +44,7 @@ class Plan:
     reasoning: str | None = None
     tool: str | None = None
     tools: list[dict] | None = None
-    tool_choice: Any = "none"
+    tool_choice: Any = policy.effective_tool_choice(None, None)  # the default of a request without tools
     chat_template_kwargs: dict = field(default_factory=dict)
     include_reasoning: bool = True
     parallel_tool_calls: bool = True

@@ -8,8 +8,9 @@ routes from `DOORS`; render/ and derender/ keep the shared mechanism.
 - ``completions.py`` OpenAI legacy completions (one `GenerateRequest` per prompt)
 - ``responses/``     OpenAI Responses (→ the chat conversation)
 - ``messages/``      Anthropic Messages (→ the chat conversation)
-- ``session.py``, ``pipe.py``  the back-door derender session (chat deltas → a door's
-  events) and its pipe mode, for the doors over chat
+- ``answers.py``   what each door's stream answers (OpenAI chunks, or the door's events)
+- ``session.py``, ``pipe.py``  the one derender stream session of every door (chat deltas
+  → the door's answer), stateless and piped
 - ``wire.py``        what those doors share on the wire, and each API's error shape
 
 A new API: a module here exporting ``DOOR`` and one row below.
@@ -17,6 +18,9 @@ A new API: a module here exporting ``DOOR`` and one row below.
 
 from __future__ import annotations
 
+from typing import Callable
+
+from ..errors import OpenAIError
 from .chat import DOOR as CHAT
 from .completions import DOOR as COMPLETIONS
 from .door import Door
@@ -27,4 +31,16 @@ DOORS: dict[str, Door] = {door.name: door for door in (CHAT, COMPLETIONS, RESPON
 # the doors that convert to the chat plan and answer through their own event machine
 OVER_CHAT: dict[str, Door] = {name: door for name, door in DOORS.items() if door.over_chat}
 
-__all__ = ["DOORS", "Door", "OVER_CHAT"]
+
+
+def error_body_for(path: str) -> Callable[[OpenAIError], dict]:
+    """The error body maker of the route at ``path``: the door's that owns it
+    (`Door.owns_errors`), else OpenAI's (every route that is no door's)."""
+    path = path.rstrip("/")
+    for door in DOORS.values():
+        if door.owns_errors(path):
+            return door.error_body
+    return OpenAIError.body
+
+
+__all__ = ["DOORS", "Door", "OVER_CHAT", "error_body_for"]

@@ -2,15 +2,17 @@
 ``/v1/chat/completions/render`` and ``/v1/chat/completions/derender[/pipe]`` (render server).
 
 Chat is the shared plan every other door converts to, so its mechanism is render/ and
-derender/ themselves (`render.chat.render_chat`, `derender.plan.chat_plan`); this row only
-names its routes, request model and error shape.
+derender/ themselves (`render.chat.render_chat`, `derender.plan.chat_plan`); its stream
+answers OpenAI chunks (`answers.ChatAnswer`).
 """
 
 from __future__ import annotations
 
 from ..errors import OpenAIError
 from ..render.chat import render_chat
+from ..wire.derender import DerenderChatRequest, DerenderChatStreamRequest, PipeHeader
 from ..wire.openai import ChatCompletionRequest
+from .answers import ChatAnswer
 from .door import Door
 
 DOOR = Door(
@@ -21,4 +23,10 @@ DOOR = Door(
     request=ChatCompletionRequest,
     render=render_chat,
     error_body=OpenAIError.body,
+    derender_request=DerenderChatRequest,
+    derender_stream_request=DerenderChatStreamRequest,
+    pipe_header=PipeHeader,
+    request_field="chat_request",
+    answer=ChatAnswer,
+    derender_aliases=("/derender",),
 )

@@ -15,6 +15,8 @@ from ..render.request import (
     check_logprobs, check_min_tokens, check_prompt_chars, generate_request, refuse_beam_search, resolve_max_tokens,
     sampling_params, truncate,
 )
+from ..wire.derender import DerenderCompletionRequest, DerenderCompletionStreamRequest, PipeHeader
+from .answers import CompletionAnswer
 from .door import Door
 
 
@@ -95,4 +97,10 @@ DOOR = Door(
     request=CompletionRequest,
     render=lambda bundle, config, req, request_id, media=None: render_completion(bundle, config, req, request_id),
     error_body=OpenAIError.body,
+    derender_request=DerenderCompletionRequest,
+    derender_stream_request=DerenderCompletionStreamRequest,
+    pipe_header=PipeHeader,
+    request_field="completion_request",
+    answer=CompletionAnswer,
+    conversation=False,
 )

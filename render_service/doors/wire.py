@@ -65,14 +65,12 @@ def anthropic_error_body(err: OpenAIError) -> dict:
     return {"type": "error", "error": {"type": anthropic_error_type(err.status), "message": err.message}}
 
 
-def error_body(kind: str, err: OpenAIError) -> dict:
-    """The non-streaming error body of front door ``kind`` (``messages`` → Anthropic's)."""
-    return anthropic_error_body(err) if kind == "messages" else err.body()
+def anthropic_stream_error(err: OpenAIError, sequence_number: int = 0) -> dict:
+    """The last event of a failed Messages stream: Anthropic's ``error`` event (no sequence number)."""
+    return anthropic_error_body(err)
 
 
-def stream_error_event(kind: str, err: OpenAIError, sequence_number: int = 0) -> dict:
-    """The last event of a failed stream, in the API's shape."""
-    if kind == "messages":
-        return anthropic_error_body(err)
+def openai_stream_error(err: OpenAIError, sequence_number: int = 0) -> dict:
+    """The last event of a failed Responses stream: OpenAI's ``error`` event."""
     return {"type": "error", "code": err.type, "message": err.message, "param": err.param,
             "sequence_number": sequence_number}

@@ -37,7 +37,7 @@ from ..http import info_routes
 from ..http.admission import RequestIdLimitMiddleware
 from ..http.connections import BodyLimits
 from ..http.common import JSONResponse, error_response, http_error_response, read_json
-from ..doors import DOORS
+from ..doors import DOORS, Door
 from ..http.drain import Drain, answer_cut, shutting_down
 from .flow import Driver
 from .legs import RequestScope
@@ -80,7 +80,7 @@ class DriveEndpoint:
                 with contextlib.suppress(asyncio.CancelledError):
                     await work
             elif shutting_down(work, rscope):  # the drain ended it: say so, then abort its legs
-                await answer_cut(out, self.kind)
+                await answer_cut(out, DOORS[self.kind])
         finally:
             self.drain.untrack(work)
             gone.cancel()
@@ -95,13 +95,15 @@ def create_app(driver: Driver) -> Starlette:
         status, body = await driver.health()
         return JSONResponse(body, status_code=status)
 
-    async def count_tokens(request: Request) -> Response:
-        try:
-            body = await read_json(request, driver.config.serve.max_body_bytes)
-        except OpenAIError as err:
-            return JSONResponse(DOORS["messages"].error_body(err), status_code=err.status)
-        status, answer = await driver.doors.count_tokens(body)
-        return JSONResponse(answer, status_code=status)
+    def count_tokens(door: Door):
+        async def handle(request: Request) -> Response:
+            try:
+                body = await read_json(request, driver.config.serve.max_body_bytes)
+            except OpenAIError as err:
+                return JSONResponse(door.error_body(err), status_code=err.status)
+            status, answer = await driver.doors.count_tokens(door, body)
+            return JSONResponse(answer, status_code=status)
+        return handle
 
     async def metrics(request: Request) -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST
@@ -110,7 +112,8 @@ def create_app(driver: Driver) -> Starlette:
 
     routes = [
         *(Route(door.path, DriveEndpoint(driver, name, drain), methods=["POST"]) for name, door in DOORS.items()),
-        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+        *(Route(door.count_tokens_path, count_tokens(door), methods=["POST"])
+          for door in DOORS.values() if door.count_tokens is not None),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         info_routes.load_route(driver.metrics.server_load),

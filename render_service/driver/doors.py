@@ -3,7 +3,7 @@
 per-hop timing as chat.
 
 render (``door.render``, or the render server's ``door.render_path``) → prefill leg →
-decode leg (SSE) → derender into the API's own objects: a `FrontDoorSession` kept in memory
+decode leg (SSE) → derender into the API's own objects: the door's `StreamSession` kept in memory
 for in-process derender, or the render server's stateless ``door.derender_path`` with the
 sealed ``stream_state`` round-tripped.
 
@@ -20,59 +20,18 @@ import logging
 from typing import Any, Mapping
 
 from ..doors import OVER_CHAT, Door
-from ..doors.messages.render import count_tokens as anthropic_count_tokens
-from ..doors.messages.wire import AnthropicCountTokensRequest
-from ..doors.session import FrontDoorSession
+from ..doors.session import StreamSession, driver_body
 from ..errors import OpenAIError
 from ..render.request import new_request_id
 from ..wire import sse
 from ..wire.generate import GenerateResponse
 from ..wire.validate import validate
-from .hops import LocalHops, RemoteHops
+from .hops import LocalHops, RemoteHops, derender_failed
 from .legs import Collected, Leg, Upstreams, relay
 from .timing import HopTimer
 from .upstream import HopError, post_json
 
 log = logging.getLogger("render_service.driver")
-
-class _LocalStream:
-    """In-process derender of one request; ``step`` returns ``{"choices", "events"}`` where
-    ``choices`` tells the driver's decode loop when derender has finished."""
-
-    def __init__(self, hops: LocalHops, kind: str, req: Any, prompt: list[int]) -> None:
-        d = hops.derenderer
-        self.session = FrontDoorSession(d, kind, req, prompt, model=d.model_name(req.model))
-
-    async def step(self, chunk: dict) -> dict:
-        try:
-            events = self.session.step(GenerateResponse.model_validate(chunk))
-        except Exception as exc:
-            raise _derender_failed(exc) from None
-        return _view(self.session.door, events)
-
-    def finish(self) -> list[dict]:
-        return self.session.finish("abort")
-
-
-class _RemoteStream:
-    """Stateless derender on the render server: each chunk with the previous ``stream_state``."""
-
-    def __init__(self, upstreams: Upstreams, render_url: str, door: Door, body: dict, prompt: list[int]) -> None:
-        self.upstreams, self.render_url, self.door, self.state = upstreams, render_url, door, None
-        self.fixed = {"stream": True, "model": body.get("model"), "prompt_tokens": len(prompt),
-                      "prompt_token_ids": prompt, door.request_field: body}
-
-    async def step(self, chunk: dict) -> dict:
-        out = await post_json(self.upstreams.client(), "derender", self.render_url, self.door.derender_path,
-                              {**self.fixed, "generate_chunk": chunk, "stream_state": self.state})
-        if not isinstance(out, dict) or not isinstance(out.get("events"), list):
-            raise HopError("derender", 502, f"derender hop failed: {self.render_url} returned no `events`.")
-        self.state = out.get("stream_state")
-        return _view(self.door, out["events"])
-
-    def finish(self) -> list[dict]:
-        return []
-
 
 class Sent:
     """What one stream has written: the Responses ``sequence_number`` its next event takes,
@@ -84,16 +43,6 @@ class Sent:
     def count(self, ev: dict) -> None:
         if "sequence_number" in ev:
             self.next_sequence_number = ev["sequence_number"] + 1
-
-
-def _view(door: Door, events: list[dict]) -> dict:
-    done = any(ev["type"] in door.done_events for ev in events)
-    return {"choices": [{"index": 0, "finish_reason": "stop"}] if done else [], "events": events}
-
-
-def _derender_failed(exc: Exception) -> HopError:
-    message = exc.message if isinstance(exc, OpenAIError) else f"{type(exc).__name__}: {exc}"
-    return HopError("derender", 502, f"derender hop failed on the engine output: {message}")
 
 
 class DoorFlow:
@@ -115,16 +64,16 @@ class DoorFlow:
         req = validate(door.request, rendered_body)
         return [await self._render(door, req, rendered_body, base_id)], req
 
-    async def count_tokens(self, body: Any) -> tuple[int, dict]:
-        """``POST /v1/messages/count_tokens`` → ``(status, body)``: the prompt length render
-        gives (a remote render is asked for the prompt itself), errors in Anthropic's shape."""
-        door = OVER_CHAT["messages"]
+    async def count_tokens(self, door: Door, body: Any) -> tuple[int, dict]:
+        """``POST <door.count_tokens_path>`` (``/v1/messages/count_tokens``) → ``(status, body)``:
+        the prompt length render gives (a remote render is asked for the prompt itself), errors
+        in the door's shape."""
         try:
-            req = validate(AnthropicCountTokensRequest, body)
+            req = validate(door.count_tokens_request, body)
             if isinstance(self.hops, LocalHops):
                 hops = self.hops
                 hops.check_model(req.model)
-                return 200, await hops.run_cpu(anthropic_count_tokens, hops.bundle, hops.config, req)
+                return 200, await hops.run_cpu(door.count_tokens, hops.bundle, hops.config, req)
             gen = await self._render(door, req, {**body, "max_tokens": req.max_tokens}, new_request_id())
             return 200, {"input_tokens": len(gen["token_ids"])}
         except OpenAIError as err:
@@ -141,15 +90,10 @@ class DoorFlow:
             raise HopError("render", 502, f"render hop failed: {self.render_url} returned no GenerateRequest.")
         return gen
 
-    def _open(self, door: Door, req: Any, body: dict, prompt: list[int]) -> _LocalStream | _RemoteStream:
-        if isinstance(self.hops, LocalHops):
-            return _LocalStream(self.hops, door.name, req, prompt)
-        return _RemoteStream(self.upstreams, self.render_url, door, body, prompt)
-
     async def stream(self, kind: str, body: dict, req: Any, leg: Leg, timer: HopTimer, out: Any, headers: dict,
                      sent: Sent) -> None:
         await leg.prefill()
-        session = self._open(OVER_CHAT[kind], req, body, leg.prompt)
+        session = self.hops.open_stream(OVER_CHAT[kind], req, body, leg.prompt)
         chunks = relay(leg, session, False)
         finished = False
         async with contextlib.aclosing(chunks):
@@ -172,7 +116,7 @@ class DoorFlow:
                     headers: dict) -> None:
         door, (leg,) = OVER_CHAT[kind], legs
         await leg.prefill()
-        watch = self._open(door, req, body, leg.prompt) if door.stops(req) else None
+        watch = self.hops.open_stream(door, req, body, leg.prompt) if door.stops(req) else None
         collected = Collected(leg)
         async with contextlib.aclosing(relay(leg, watch, False)) as chunks:
             async for chunk, _ in chunks:
@@ -188,12 +132,12 @@ class DoorFlow:
             d = hops.derenderer
 
             def run() -> dict:
-                session = FrontDoorSession(d, door.name, req, prompt, model=d.model_name(req.model))
+                session = StreamSession.open(d, door, driver_body(door, req, prompt, req.model))
                 return session.whole(GenerateResponse.model_validate(gen))
             try:
                 return await hops.run_cpu(run)
             except OpenAIError as exc:
-                raise _derender_failed(exc) from None
+                raise derender_failed(exc) from None
         payload = {"model": body.get("model"), "generate_response": gen, "prompt_tokens": len(prompt),
                    "prompt_token_ids": prompt, door.request_field: body}
         return await post_json(self.upstreams.client(), "derender", self.render_url, door.derender_path, payload)

@@ -154,7 +154,7 @@ class Driver:
         base_id = str(flow.request_id(body, headers))
         reply_headers = {"x-request-id": base_id}
         key = conversation_key(body, headers)
-        reuse = self.kv_reuse if kind != "completion" and key is not None else None
+        reuse = self.kv_reuse if DOORS[kind].conversation and key is not None else None
         sent = Sent()
         try:
             with timer.measure("render"):
@@ -201,7 +201,7 @@ class ChatFlow:
         return headers.get("x-request-id") or body.get("request_id") or new_request_id()
 
     async def render(self, kind: str, rendered_body: dict, body: dict, base_id: str) -> tuple[list[dict], Any]:
-        gens, request = await self.hops.render(kind, rendered_body, base_id)
+        gens, request = await self.hops.render(DOORS[kind], rendered_body, base_id)
         if request is rendered_body:  # a remote derender needs no history ids
             request = body
         return gens, request
@@ -219,7 +219,7 @@ class ChatFlow:
         opts = body.get("stream_options") or {}
         include_usage = bool(opts.get("include_usage"))
         await leg.prefill()
-        session = self.hops.open_stream(kind, request, leg.prompt)
+        session = self.hops.open_stream(DOORS[kind], request, body, leg.prompt)
         chunks = relay(leg, session, bool(opts.get("continuous_usage_stats")))
         produced, usage_sent, last = 0, False, None
         async with contextlib.aclosing(chunks):
@@ -246,7 +246,7 @@ class ChatFlow:
 
         async def one(leg: Leg) -> dict:
             await leg.prefill()
-            watch = self.hops.open_stream(kind, request, leg.prompt) if stops else None
+            watch = self.hops.open_stream(DOORS[kind], request, body, leg.prompt) if stops else None
             collected = Collected(leg)
             async with contextlib.aclosing(relay(leg, watch, False)) as chunks:
                 async for chunk, _ in chunks:
@@ -263,7 +263,7 @@ class ChatFlow:
                 raise _first_error(group) from None
             gens = [t.result() for t in tasks]
         with timer.measure("derender"):
-            response = await self.hops.derender(kind, request, gens, [leg.prompt for leg in legs])
+            response = await self.hops.derender(DOORS[kind], request, gens, [leg.prompt for leg in legs])
         await out.json(200, response, {**headers, "server-timing": timer.server_timing()})
 
 

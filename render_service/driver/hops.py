@@ -1,18 +1,19 @@
 """The render and derender hops, in this process or on a render server. Same interface:
 
-- ``render(kind, body, request_id) -> (gens, request)``: one `GenerateRequest` dict per
+- ``render(door, body, request_id) -> (gens, request)``: one `GenerateRequest` dict per
   prompt (chat: one), and the client request as this hop's derender takes it back;
-- ``derender(kind, request, gens, prompts) -> OpenAI response dict`` for the engine
+- ``derender(door, request, gens, prompts) -> OpenAI response dict`` for the engine
   responses ``gens`` (one per rendered prompt, same order as ``prompts``);
-- ``open_stream(kind, request, prompt_ids) -> stream`` whose ``await step(engine_chunk)``
-  returns one OpenAI chunk dict (``chat.completion.chunk`` / ``text_completion``).
+- ``open_stream(door, request, body, prompt_ids) -> stream`` (any door) whose
+  ``await step(engine_chunk)`` returns the door's view of one chunk: the OpenAI chunk dict
+  (``chat.completion.chunk`` / ``text_completion``), or ``{"choices", "events"}``.
 
-`LocalHops` validates the client body once, into the typed request `render_chat` takes,
+`LocalHops` validates the client body once, into the typed request the door's render takes,
 and hands derender typed objects built from it (the engine's output is validated, as it
-comes from outside); its stream keeps a `StreamSession` in memory, like the pipe mode.
+comes from outside); its stream keeps the door's `StreamSession` in memory, like the pipe mode.
 `RemoteHops` calls a render server over HTTP with the bodies of wire brief §1.6/§1.7; its
-stream round-trips the sealed ``stream_state``, one call per chunk. ``kind`` is ``"chat"``
-or ``"completion"``.
+stream round-trips the sealed ``stream_state``, one call per chunk. ``door``: a `Door` of
+`doors.DOORS` (render and derender: chat or completions; streams: any).
 
 Errors: render problems are `OpenAIError` 4xx for the client (a remote render's 4xx
 verbatim); a derender failure is a 502 `HopError` naming ``derender`` (the engine output
@@ -22,7 +23,6 @@ or the driver was at fault, not the client).
 from __future__ import annotations
 
 import asyncio
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
@@ -30,24 +30,19 @@ import httpx
 import pydantic
 
 from ..config.serve import ServeConfig
-from ..derender.plan import chat_plan, completion_plan
-from ..derender.service import Derenderer, StreamSession
+from ..derender.service import Derenderer
+from ..doors import Door
+from ..doors.session import Derender, StreamSession, driver_body
 from ..errors import OpenAIError
-from ..doors.completions import render_completion
-from ..render import render_chat
-from ..wire.derender import ChatRequestFields, DerenderChatRequest, DerenderCompletionRequest
 from ..wire.generate import GenerateResponse
-from ..wire.openai import ChatCompletionRequest, CompletionRequest
 from ..wire.validate import validate
 from .upstream import HopError, post_json
 
 T = TypeVar("T")
 
-RENDER_PATHS = {"chat": "/v1/chat/completions/render", "completion": "/v1/completions/render"}
-DERENDER_PATHS = {"chat": "/v1/chat/completions/derender", "completion": "/v1/completions/derender"}
 
-
-def _derender_failed(exc: Exception) -> HopError:
+def derender_failed(exc: Exception) -> HopError:
+    """A derender failure on the engine's output: the 502 `HopError` naming ``derender``."""
     message = exc.message if isinstance(exc, OpenAIError) else f"{type(exc).__name__}: {exc}"
     return HopError("derender", 502, f"derender hop failed on the engine output: {message}")
 
@@ -57,16 +52,7 @@ def _engine_output(gen: dict) -> GenerateResponse:
     try:
         return GenerateResponse.model_validate(gen)
     except pydantic.ValidationError as exc:
-        raise _derender_failed(exc) from None
-
-
-def _derender_fields(req: ChatCompletionRequest | CompletionRequest) -> ChatRequestFields:
-    """The fields derender reads, taken from the already-validated request (no second validation)."""
-    values = {name: getattr(req, name) for name in ChatRequestFields.model_fields if hasattr(req, name)}
-    opts = values.get("stream_options")
-    if isinstance(opts, pydantic.BaseModel):
-        values["stream_options"] = opts.model_dump()
-    return ChatRequestFields.model_construct(**values)
+        raise derender_failed(exc) from None
 
 
 class LocalHops:
@@ -76,6 +62,7 @@ class LocalHops:
     def __init__(self, bundle: Any, config: ServeConfig) -> None:
         self.bundle, self.config = bundle, config
         self.derenderer = Derenderer(bundle, config)
+        self.derender_calls = Derender(self.derenderer)
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="cpu")
 
     async def run_cpu(self, fn: Callable[..., T], *args: Any) -> T:
@@ -89,58 +76,46 @@ class LocalHops:
             raise OpenAIError(404, f"The model `{model}` does not exist. Valid aliases: {', '.join(names)}.",
                               param="model")
 
-    async def render(self, kind: str, body: dict, request_id: str) -> tuple[list[dict], Any]:
+    async def render(self, door: Door, body: dict, request_id: str) -> tuple[list[dict], Any]:
         """Raises `OpenAIError` (400 bad request, 404 unknown model)."""
-        if kind == "chat":
-            req = validate(ChatCompletionRequest, body)
-            self.check_model(req.model)
-            return [await self.run_cpu(render_chat, self.bundle, self.config, req, request_id)], req
-        creq = validate(CompletionRequest, body)
-        self.check_model(creq.model)
-        return await self.run_cpu(render_completion, self.bundle, self.config, creq, request_id), creq
+        req = validate(door.request, body)
+        self.check_model(req.model)
+        out = await self.run_cpu(door.render, self.bundle, self.config, req, request_id)
+        return (out if door.answer.many_prompts else [out]), req
 
-    async def derender(self, kind: str, req: Any, gens: list[dict], prompts: list[list[int]]) -> dict:
-        fields = _derender_fields(req)
+    async def derender(self, door: Door, req: Any, gens: list[dict], prompts: list[list[int]]) -> dict:
         responses = [_engine_output(g) for g in gens]
-        if kind == "chat":
-            call = DerenderChatRequest.model_construct(
-                stream=False, model=req.model, generate_response=responses[0], prompt_tokens=len(prompts[0]),
-                prompt_token_ids=prompts[0], chat_request=fields, parse_context=None, sampling_params=None)
-            fn = self.derenderer.chat
-        else:
-            call = DerenderCompletionRequest.model_construct(
-                stream=False, model=req.model, generate_responses=responses, prompt_tokens=[len(p) for p in prompts],
-                prompt_token_ids=prompts, completion_request=fields, sampling_params=None)
-            fn = self.derenderer.completion
+        call = door.derender_request.model_construct(
+            stream=False, model=req.model, **door.answer.whole_fields(responses, prompts),
+            **{door.request_field: door.answer.driver_request(req)})
         try:
-            return await self.run_cpu(fn, call)
+            return await self.run_cpu(self.derender_calls.whole, door, call)
         except OpenAIError as exc:
-            raise _derender_failed(exc) from None
+            raise derender_failed(exc) from None
 
-    def open_stream(self, kind: str, req: Any, prompt_ids: list[int]) -> "LocalStream":
-        return LocalStream(self.derenderer, kind, req, prompt_ids)
+    def open_stream(self, door: Door, req: Any, body: dict, prompt_ids: list[int]) -> "LocalStream":
+        """``req``: the validated client request (``body`` is the remote hops')."""
+        return LocalStream(self.derenderer, door, req, prompt_ids)
 
 
 class LocalStream:
-    """Streaming derender of one request with the per-choice state kept in memory."""
+    """Streaming derender of one request of any door, its session kept in memory."""
 
-    def __init__(self, d: Derenderer, kind: str, req: Any, prompt_ids: list[int]) -> None:
-        fields = _derender_fields(req)
-        if kind == "chat":
-            plan = chat_plan(d.bundle, d.config, fields, None, None)
-        else:
-            plan = completion_plan(d.bundle, fields, None)
-        self.session = StreamSession(d, plan, prompt_ids, {"c": int(time.time()), "pl": len(prompt_ids), "ch": {}})
-        self.model = d.model_name(req.model)
-        self.prompt_tokens = len(prompt_ids)
+    def __init__(self, d: Derenderer, door: Door, req: Any, prompt_ids: list[int]) -> None:
+        answer = door.answer
+        self.session = StreamSession.open(d, door, driver_body(door, answer.driver_request(req), prompt_ids, req.model))
 
     async def step(self, chunk: dict) -> dict:
-        gen = _engine_output(chunk)
+        s, gen = self.session, _engine_output(chunk)
         try:
-            choices = self.session.step(gen, streaming_keep_empty=False)
-        except OpenAIError as exc:
-            raise _derender_failed(exc) from None
-        return self.session.chunk(gen, choices, self.model, self.prompt_tokens)
+            items = s.step(gen, keep_empty=s.answer.streams_empty)
+        except Exception as exc:
+            raise derender_failed(exc) from None
+        return s.door.answer.view(s.door, s.chunk(gen, items))
+
+    def finish(self) -> list[dict]:
+        """The events that close a stream the engine did not finish (event doors; chunks: none)."""
+        return self.session.finish("abort")
 
 
 class RemoteHops:
@@ -151,42 +126,40 @@ class RemoteHops:
         self.url = url
         self.client = client
 
-    async def render(self, kind: str, body: dict, request_id: str) -> tuple[list[dict], dict]:
-        out = await post_json(self.client(), "render", self.url, RENDER_PATHS[kind], body,
+    async def render(self, door: Door, body: dict, request_id: str) -> tuple[list[dict], dict]:
+        out = await post_json(self.client(), "render", self.url, door.render_path, body,
                               headers={"X-Request-Id": request_id})
-        gens = [out] if kind == "chat" else out
+        gens = out if door.answer.many_prompts else [out]
         if not isinstance(gens, list) or not gens or not all(isinstance(g, dict) and g.get("token_ids") for g in gens):
             raise HopError("render", 502, f"render hop failed: {self.url} returned something that is not a GenerateRequest.")
         return gens, body
 
-    async def derender(self, kind: str, body: dict, gens: list[dict], prompts: list[list[int]]) -> dict:
-        if kind == "chat":
-            payload = {"model": body.get("model"), "generate_response": gens[0], "prompt_tokens": len(prompts[0]),
-                       "prompt_token_ids": prompts[0], "chat_request": body}
-        else:
-            payload = {"model": body.get("model"), "generate_responses": gens,
-                       "prompt_tokens": [len(p) for p in prompts], "prompt_token_ids": prompts,
-                       "completion_request": body}
-        return await post_json(self.client(), "derender", self.url, DERENDER_PATHS[kind], payload)
+    async def derender(self, door: Door, body: dict, gens: list[dict], prompts: list[list[int]]) -> dict:
+        payload = {"model": body.get("model"), **door.answer.whole_fields(gens, prompts), door.request_field: body}
+        return await post_json(self.client(), "derender", self.url, door.derender_path, payload)
 
-    def open_stream(self, kind: str, body: dict, prompt_ids: list[int]) -> "RemoteStream":
-        return RemoteStream(self, kind, body, prompt_ids)
+    def open_stream(self, door: Door, req: Any, body: dict, prompt_ids: list[int]) -> "RemoteStream":
+        """``body``: the client body as it came (``req`` is the local hops')."""
+        return RemoteStream(self, door, body, prompt_ids)
 
 
 class RemoteStream:
     """Stateless streaming derender: each call sends the chunk and the previous
     ``stream_state`` and keeps the returned one (wire brief §1.6)."""
 
-    def __init__(self, hops: RemoteHops, kind: str, body: dict, prompt_ids: list[int]) -> None:
-        self.hops, self.kind, self.state = hops, kind, None
+    def __init__(self, hops: RemoteHops, door: Door, body: dict, prompt_ids: list[int]) -> None:
+        self.hops, self.door, self.state = hops, door, None
         self.fixed = {"stream": True, "model": body.get("model"), "prompt_tokens": len(prompt_ids),
-                      "prompt_token_ids": prompt_ids,
-                      ("chat_request" if kind == "chat" else "completion_request"): body}
+                      "prompt_token_ids": prompt_ids, door.request_field: body}
 
     async def step(self, chunk: dict) -> dict:
-        out = await post_json(self.hops.client(), "derender", self.hops.url, DERENDER_PATHS[self.kind],
+        door, key = self.door, self.door.answer.key
+        out = await post_json(self.hops.client(), "derender", self.hops.url, door.derender_path,
                               {**self.fixed, "generate_chunk": chunk, "stream_state": self.state})
-        if not isinstance(out, dict) or not isinstance(out.get("chunk"), dict):
-            raise HopError("derender", 502, f"derender hop failed: {self.hops.url} returned no `chunk`.")
+        if not isinstance(out, dict) or not isinstance(out.get(key), door.answer.key_type):
+            raise HopError("derender", 502, f"derender hop failed: {self.hops.url} returned no `{key}`.")
         self.state = out.get("stream_state")
-        return out["chunk"]
+        return door.answer.view(door, out[key])
+
+    def finish(self) -> list[dict]:
+        return []

@@ -65,25 +65,12 @@ class Overloaded(OpenAIError):
         self.retry_after_s = retry_after_s
 
 
-ANTHROPIC_PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
-"""The routes that answer in Anthropic's error shape (``/v1/messages/render`` is vLLM's, OpenAI-shaped)."""
-
-
-def anthropic_shaped(path: str) -> bool:
-    """True for the routes whose errors are in Anthropic's shape: ``/v1/messages`` and its
-    ``count_tokens`` (`ANTHROPIC_PATHS`) and the Messages derender routes (their
-    API's shape); ``/v1/messages/render`` is vLLM's and answers in OpenAI's."""
-    path = path.rstrip("/")
-    return path in ANTHROPIC_PATHS or path.startswith("/v1/messages/derender")
-
-
 def error_json(err: OpenAIError, path: str) -> bytes:
-    """The JSON body of ``err`` in the error shape of the route at ``path``."""
-    if anthropic_shaped(path):
-        from ..doors.wire import anthropic_error_body
+    """The JSON body of ``err`` in the error shape of the route at ``path`` (the door's that
+    owns it: `doors.error_body_for`; Anthropic's on the Messages routes but its render)."""
+    from ..doors import error_body_for
 
-        return orjson.dumps(anthropic_error_body(err))
-    return orjson.dumps(err.body())
+    return orjson.dumps(error_body_for(path)(err))
 
 
 def refusal_headers(err: OpenAIError) -> list[tuple[bytes, bytes]]:

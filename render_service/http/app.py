@@ -14,7 +14,7 @@ from ..errors import OpenAIError
 from . import derender_routes, door_routes, info_routes, render_routes
 from .common import AppContext, JSONResponse, error_response, http_error_response
 from .front import Front, FrontedApp
-from .connections import BodyLimits, Door
+from .connections import BodyLimits, EarlyAnswers
 
 log = logging.getLogger("render_service.http")
 
@@ -101,5 +101,5 @@ def create_app(bundle, config: ServeConfig) -> Starlette:
     app.state.not_found_hints = GENERATION_HINTS
     app.state.drain = ctx.drain  # started by connections.HardenedProtocol.shutdown
     app.state.body_limits = BodyLimits(config.body_read_timeout, config.body_min_rate)  # read by connections.py
-    app.state.door = Door(ctx.admission, {b"/health": ctx.probe_status, b"/ping": ctx.probe_status})  # connections.py
+    app.state.early_answers = EarlyAnswers(ctx.admission, {b"/health": ctx.probe_status, b"/ping": ctx.probe_status})  # connections.py
     return app

@@ -21,7 +21,7 @@ from ..errors import OpenAIError, bad_request
 from ..tokenizer.budget import ENCODE_BUDGET, OverBudget
 from .drain import Drain
 from .cancel import watch_client
-from .admission import ANTHROPIC_PATHS, Admission, error_json, refusal_headers
+from .admission import Admission, error_json, refusal_headers
 from .metrics import ServiceMetrics
 
 T = TypeVar("T")
@@ -120,8 +120,9 @@ def error_response(err: OpenAIError, path: str = "") -> JSONResponse:
 
 async def http_error_response(request: Request, exc: HTTPException) -> JSONResponse:
     """starlette's own errors (no route: 404; a route without this method: 405, with its
-    ``Allow`` header) in the OpenAI error shape (Anthropic's on `ANTHROPIC_PATHS`). An exception handler of serve, drive and
-    the reference engine."""
+    ``Allow`` header) in the error shape of the door that owns ``path`` (`admission.error_json`:
+    Anthropic's clients parse Anthropic's shape, even for a 405). An exception handler of serve,
+    drive and the reference engine."""
     path = request.url.path
     if exc.status_code == 404:
         message = f"Not Found: no route {path} on this server."
@@ -134,11 +135,7 @@ async def http_error_response(request: Request, exc: HTTPException) -> JSONRespo
     else:
         message = str(exc.detail)
     err = OpenAIError(exc.status_code, message)
-    if path.rstrip("/") in ANTHROPIC_PATHS:  # Anthropic's clients parse Anthropic's shape, even for a 405
-        from ..doors.wire import anthropic_error_body
-
-        return JSONResponse(anthropic_error_body(err), status_code=err.status, headers=exc.headers)
-    return JSONResponse(err.body(), status_code=err.status, headers=exc.headers)
+    return Response(error_json(err, path), status_code=err.status, media_type="application/json", headers=exc.headers)
 
 
 PARSED_BODY = "render_service.body"

@@ -48,7 +48,7 @@ every worker process uses it:
 - past ``limit_concurrency`` open connections, a new one gets ``503`` with ``Retry-After``
   and is closed (within `OVER_CAP_WAIT_S`) — unless its request is a probe (``GET /health``),
   answered and then closed: a liveness probe must not fail because the pod is busy;
-- the door (`Door`, ``app.state.door``): a bare probe (``GET /health``, ``/ping``, no body;
+- early answers (`EarlyAnswers`, ``app.state.early_answers``): a bare probe (``GET /health``, ``/ping``, no body;
   HTTP/1.0 closed after it) is answered from the connection itself, and a POST the
   admission refuses gets its 503 + ``Retry-After`` from the request line alone, before
   uvicorn parses it or a task is made for it (issue 25: under 1.3x load /health took 1.6 s
@@ -162,8 +162,8 @@ class _Trailers(list):
 
 
 @dataclass(frozen=True)
-class Door:
-    """What the connection answers by itself (``app.state.door``): ``probes`` maps a GET
+class EarlyAnswers:
+    """What the connection answers by itself (``app.state.early_answers``): ``probes`` maps a GET
     path to its status (``/health``: 200, or 503 when the pool is wedged), ``admission``
     refuses a POST under overload before anything else is spent on it."""
 
@@ -312,8 +312,8 @@ class HardenedProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self._over_cap:
-            door = self._door()
-            if door is None or not self._answer_probe(door, data, close=True):
+            early = self._early_answers()
+            if early is None or not self._answer_probe(early, data, close=True):
                 self._refuse_over_cap()
             return
         if self._refusal is not None:
@@ -321,8 +321,8 @@ class HardenedProtocol(HttpToolsProtocol):
         cycle = self.cycle
         self._flush_held()
         if not self._in_message and not self.pipeline and (cycle is None or cycle.response_complete):
-            door = self._door()
-            if door is not None and self._answer_at_the_door(door, data):
+            early = self._early_answers()
+            if early is not None and self._answer_early(early, data):
                 return
         self._body_received += len(data)
         self._head_began, self._other_bytes = False, 0
@@ -436,23 +436,23 @@ class HardenedProtocol(HttpToolsProtocol):
     def _refuse_head(self) -> None:
         self._refuse(431, f"The request head is longer than {MAX_HEAD_BYTES} bytes.")
 
-    def _door(self) -> Door | None:
-        door = self.config.__dict__.get("_door", _UNSET)
-        if door is _UNSET:  # once per server: the app is the same for every connection
-            door = self.config._door = _app_state(self.app, "door", None)  # type: ignore[attr-defined]
-        return door  # type: ignore[return-value]
+    def _early_answers(self) -> EarlyAnswers | None:
+        early = self.config.__dict__.get("_early_answers", _UNSET)
+        if early is _UNSET:  # once per server: the app is the same for every connection
+            early = self.config._early_answers = _app_state(self.app, "early_answers", None)  # type: ignore[attr-defined]
+        return early  # type: ignore[return-value]
 
-    def _answer_probe(self, door: Door, data: bytes, close: bool = False) -> bool:
+    def _answer_probe(self, early: EarlyAnswers, data: bytes, close: bool = False) -> bool:
         """Answer ``data`` if it is exactly one bodiless probe request (``GET /health``); True
         if so. The connection is closed after it when ``close``, when the client asks, or for
         HTTP/1.0 (as uvicorn)."""
         if len(data) > MAX_HEAD_BYTES:  # a probe that long is refused by the head bound, not answered here
             return False
         line = _PROBE_LINE.match(data)
-        if (line is None or line[1] not in door.probes or not data.endswith(b"\r\n\r\n")
+        if (line is None or line[1] not in early.probes or not data.endswith(b"\r\n\r\n")
                 or data.count(b"\r\n\r\n") != 1 or _HAS_BODY.search(data)):
             return False  # not a bare probe: a body (its framing is uvicorn's to follow) or more than one request
-        status = door.probes[line[1]]()
+        status = early.probes[line[1]]()
         closing = close or line[2] == b"0" or _CLOSE.search(data) is not None  # HTTP/1.0: closed, as uvicorn
         self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-length: 0\r\n%s\r\n" % (
             status, b"OK" if status == 200 else b"Service Unavailable", b"connection: close\r\n" if closing else b""))
@@ -463,12 +463,12 @@ class HardenedProtocol(HttpToolsProtocol):
             self._arm_head_deadline()
         return True
 
-    def _answer_at_the_door(self, door: Door, data: bytes) -> bool:
+    def _answer_early(self, early: EarlyAnswers, data: bytes) -> bool:
         """Answer a new request from its first bytes, before uvicorn parses it or the app
         sees it: a probe (``GET /health``), or a POST the admission refuses (503; the
         connection is kept when the whole request is in ``data``, else closed). True when
         answered."""
-        if self._answer_probe(door, data):
+        if self._answer_probe(early, data):
             return True
         # the request line's method and path, without copying the rest of the chunk (up to 256 KiB of body)
         sp = data.find(b" ")
@@ -476,8 +476,8 @@ class HardenedProtocol(HttpToolsProtocol):
         end = data.find(b" ", sp + 1) if sp >= 0 else -1
         path = (data[sp + 1:end] if end >= 0 else data[sp + 1:]) if sp >= 0 else b""
         path = path.split(b"?", 1)[0]
-        if method == b"POST" and not path.endswith(b"/pipe") and door.admission.overloaded_at_the_door():
-            door.admission.refused_at_the_door()
+        if method == b"POST" and not path.endswith(b"/pipe") and early.admission.overloaded_at_the_door():
+            early.admission.refused_at_the_door()
             whole = _whole_request(data)  # all of it here: keep the connection (no reconnect per 503)
             self.transport.write(refusal_bytes(503, "Server is at capacity; retry shortly.",
                                                path.decode("latin-1"), close=not whole))

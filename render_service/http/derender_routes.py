@@ -1,13 +1,15 @@
-"""Derender routes: thin HTTP adapters over `render_service.derender`.
+"""Derender routes of every door (`doors.DOORS`): thin HTTP adapters over `doors.session`.
 
 | route | body | response |
 |---|---|---|
 | ``POST /v1/chat/completions/derender`` (alias ``POST /derender``) | ``DerenderChatRequest`` (``stream`` absent/false) or ``DerenderChatStreamRequest`` (``stream: true``) | ``ChatCompletionResponse`` or ``{"chunk", "stream_state"}`` |
 | ``POST /v1/completions/derender`` | ``DerenderCompletionRequest`` / ``…StreamRequest`` | ``CompletionResponse`` or ``{"chunk", "stream_state"}`` |
-| ``POST /v1/chat/completions/derender/pipe`` | header line + engine SSE bytes (see `render_service.derender.pipe`) | OpenAI SSE, written as input arrives |
-| ``POST /v1/completions/derender/pipe`` | same, completions | OpenAI SSE |
+| ``POST /v1/responses/derender`` | ``{generate_response, prompt_token_ids, responses_request}``, or ``stream: true`` with ``generate_chunk`` + ``stream_state`` | ``Response``, or ``{"events", "stream_state"}`` |
+| ``POST /v1/messages/derender`` | same with ``messages_request`` | Anthropic ``message``, or ``{"events", "stream_state"}`` |
+| ``POST <each of those>/pipe`` | header line + engine SSE bytes (see `render_service.doors.pipe`) | the API's SSE, written as input arrives |
 
 Shapes: wire brief §1.6, §1.7; ``stream_state`` format: `render_service.derender.state`.
+Errors are in the door's shape (``door.error_body``: Anthropic's for Messages).
 Small requests (few token ids, small body) are derendered on the event loop (a thread hop
 costs more than the work); everything else, and every step of a pipe, goes through the
 CPU pool's admission, so no client can hold the event loop.
@@ -16,25 +18,26 @@ CPU pool's admission, so no client can hold the event loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any, Callable
 
 import orjson
 import pydantic
+from pydantic import create_model
 from starlette.requests import Request
 from starlette.routing import Route
 
-from ..derender.pipe import PipeSession
 from .drain import Ended, answer_cut, shutting_down
 from .responder import Responder
 from ..derender.service import Derenderer
 from ..errors import OpenAIError, bad_request
-from ..doors import DOORS
+from ..doors import DOORS, Door
+from ..doors.pipe import Pipe
+from ..doors.session import Derender
 from ..derender.known import KnownBody, KnownFields
-from ..wire.derender import (ChatRequestFields, DerenderChatRequest, DerenderChatStreamRequest,
-                             DerenderCompletionRequest, DerenderCompletionStreamRequest, PipeHeader)
 from .admission import refusal_headers
-from .common import AppContext, error_response, parse_body, read_json, small_body
+from .common import AppContext, parse_body, read_json, small_body
 from ..wire.validate import validate
 
 log = logging.getLogger(__name__)
@@ -53,26 +56,47 @@ def _token_count(body: dict) -> int:
 
 
 def routes(ctx: AppContext) -> list[Route]:
-    """The derender routes for ``ctx.bundle``."""
+    """The derender routes of every door for ``ctx.bundle``."""
     d = Derenderer(ctx.bundle, ctx.config)
-    # a stream's prompt ids and chat_request / completion_request come with every chunk: validated once (derender.known)
-    chat = (_known("chat_request"), (DerenderChatRequest, d.chat), (DerenderChatStreamRequest, d.chat_stream))
-    completion = (_known("completion_request"), (DerenderCompletionRequest, d.completion),
-                  (DerenderCompletionStreamRequest, d.completion_stream))
-    ctx.metrics.add_collector(_KeptStateCollector(d.live, (chat[0], completion[0])))
-    return [
-        *(Route(path, DerenderEndpoint(ctx, path, *chat), methods=["POST"])
-          for path in (DOORS["chat"].derender_path, "/derender")),
-        Route(DOORS["completion"].derender_path, DerenderEndpoint(ctx, DOORS["completion"].derender_path, *completion),
-              methods=["POST"]),
-        Route(DOORS["chat"].derender_path + "/pipe", PipeEndpoint(ctx, d, "chat"), methods=["POST"]),
-        Route(DOORS["completion"].derender_path + "/pipe", PipeEndpoint(ctx, d, "completion"), methods=["POST"]),
-    ]
+    derender = Derender(d)
+    out, known = [], []
+    for door in DOORS.values():
+        # a stream's prompt ids and the API's request come with every chunk: validated once (derender.known)
+        body = _known(door)
+        known.append(body)
+        whole, stream = functools.partial(derender.whole, door), functools.partial(derender.stream, door)
+        out += [Route(path, DerenderEndpoint(ctx, path, door, body, whole, stream), methods=["POST"])
+                for path in (door.derender_path, *door.derender_aliases)]
+        out.append(Route(door.derender_path + "/pipe", PipeEndpoint(ctx, d, door), methods=["POST"]))
+    ctx.metrics.add_collector(_KeptStateCollector(d.live, tuple(known)))
+    return out
 
 
-def _known(request_field: str) -> KnownBody:
-    """The kept fields of a derender route whose API's request comes as ``request_field``."""
-    return KnownBody(("prompt_token_ids", request_field), KnownFields(request_field, ChatRequestFields))
+def _known(door: Door) -> KnownBody:
+    """The kept fields of ``door``'s derender route (its API's request comes as ``door.request_field``)."""
+    fields = door.answer.request_fields  # a parsed request kept by the keys it reads (chat, completions)
+    fallback = KnownFields(door.request_field, fields) if fields is not None else None
+    return KnownBody(("prompt_token_ids", door.request_field), fallback)
+
+
+@functools.cache
+def _nullable(model: type, field: str) -> type:
+    """``model`` with a required ``field`` that also admits null (what `KnownBody` validates a
+    body with, the field's known value set after); ``model`` itself when it admits null."""
+    info = model.model_fields[field]
+    if not info.is_required():
+        return model
+    return create_model(model.__name__, __base__=model, **{field: (info.annotation | None, ...)})
+
+
+async def send_error(send: Callable, door: Door, err: OpenAIError, pipe: bool = False) -> None:
+    """Answer ``err`` in ``door``'s shape, ``Retry-After`` on a 503; the head as each route
+    always sent it (a JSON route: starlette's order; a pipe: content-type first)."""
+    body = orjson.dumps(door.error_body(err))
+    length, kind = (b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")
+    headers = [kind, length, *refusal_headers(err)] if pipe else [*refusal_headers(err), length, kind]
+    await send({"type": "http.response.start", "status": err.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 class DerenderEndpoint:
@@ -83,9 +107,12 @@ class DerenderEndpoint:
     answer's head is what starlette's `JSONResponse` sends: ``content-length``, then
     ``content-type: application/json``."""
 
-    def __init__(self, ctx: AppContext, path: str, known: KnownBody, plain: tuple[type, Callable],
-                 streamed: tuple[type, Callable]) -> None:
-        self.ctx, self.known, self.plain, self.streamed = ctx, known, plain, streamed
+    def __init__(self, ctx: AppContext, path: str, door: Door, known: KnownBody, whole: Callable,
+                 stream: Callable) -> None:
+        self.ctx, self.door, self.known = ctx, door, known
+        field = door.request_field
+        self.plain = (door.derender_request, _nullable(door.derender_request, field), whole)
+        self.streamed = (door.derender_stream_request, _nullable(door.derender_stream_request, field), stream)
         self.chunks = ctx.metrics.derender_chunks.labels(path)  # the route's counter, looked up once
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -93,19 +120,24 @@ class DerenderEndpoint:
         try:
             request = Request(scope, receive)
             body = await read_json(request, ctx.config.max_body_bytes, self.known.loads)
-            model, fn = self.streamed if isinstance(body, dict) and body.get("stream") is True else self.plain
-            req = self.known.validate(model, body)
+            streamed = isinstance(body, dict) and body.get("stream") is True
+            model, kept, fn = self.streamed if streamed else self.plain
+            field = self.door.request_field
+            if isinstance(body, dict) and field in body and body[field] is None:
+                req = validate(model, body)  # the model's own answer to a null request
+            else:
+                req = self.known.validate(kept, body)
             ctx.check_model(req.model)
             inline = small_body(request) and _token_count(body) < INLINE_TOKENS
             result = fn(req) if inline else await ctx.run_cpu(fn, req)
-            if model is self.streamed[0]:
+            if streamed:
                 self.chunks.inc()
             out = orjson.dumps(result)
         except OpenAIError as err:
-            return await error_response(err)(scope, receive, send)
+            return await send_error(send, self.door, err)
         except Exception:  # a bug of ours: say so without leaking internals
-            log.exception("derender failed")
-            return await error_response(OpenAIError(500, "Internal error while derendering."))(scope, receive, send)
+            log.exception("%s derender failed", self.door.name)
+            return await send_error(send, self.door, OpenAIError(500, "Internal error while derendering."))
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-length", str(len(out)).encode()), (b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": out})
@@ -144,8 +176,8 @@ class PipeEndpoint:
 
     MAX_HEADER_BYTES = 32 * 1024 * 1024
 
-    def __init__(self, ctx: AppContext, d: Derenderer, kind: str) -> None:
-        self.ctx, self.d, self.kind = ctx, d, kind
+    def __init__(self, ctx: AppContext, d: Derenderer, door: Door) -> None:
+        self.ctx, self.d, self.door = ctx, d, door
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         buf, more = b"", True
@@ -178,7 +210,7 @@ class PipeEndpoint:
         if shutting_down(work, ended):  # shutdown: an error event and the stream's end, not a cut
             out = Responder(send)
             out.started = True
-            await answer_cut(out, self.kind)
+            await answer_cut(out, self.door)
             return
         work.result()
 
@@ -197,26 +229,19 @@ class PipeEndpoint:
         out += await self.ctx.run_cpu(session.close, deadline=False)
         await send({"type": "http.response.body", "body": out, "more_body": False})
 
-    def open_session(self, raw: Any) -> PipeSession:
-        """The session for a parsed header line (subclasses serve other APIs).
+    def open_session(self, raw: Any) -> Pipe:
+        """The pipe for a parsed header line.
 
         Raises:
             OpenAIError: 400 for a bad header, 404 for an unknown model.
         """
-        header = validate(PipeHeader, raw)
-        self.ctx.check_model(header.model)
-        return PipeSession(self.d, self.kind, header)
-
-    def error_body(self, err: OpenAIError) -> dict:
-        """The JSON body of an error answered before the stream starts."""
-        return err.body()
+        door = self.door
+        header = validate(door.pipe_header, raw)
+        self.ctx.check_model(header.model or getattr(getattr(header, door.request_field), "model", None))
+        return Pipe(self.d, door, header)
 
     async def _error(self, send: Callable, err: OpenAIError) -> None:
-        body = orjson.dumps(self.error_body(err))
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                   *refusal_headers(err)]
-        await send({"type": "http.response.start", "status": err.status, "headers": headers})
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+        await send_error(send, self.door, err, pipe=True)
 
 
 __all__ = ["routes", "DerenderEndpoint", "PipeEndpoint"]

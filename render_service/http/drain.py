@@ -24,8 +24,7 @@ from typing import Protocol
 import uvicorn
 
 from ..errors import OpenAIError
-from ..wire import sse
-from ..doors.wire import error_body, stream_error_event
+from ..doors import Door
 from .responder import Responder
 
 log = logging.getLogger(__name__)
@@ -88,16 +87,13 @@ def shutting_down(work: asyncio.Task, scope: Scope) -> bool:
     return work.cancelled() and scope.abort_reason == "shutdown"
 
 
-async def answer_cut(out: Responder, kind: str) -> None:
-    """Close a request ended by the drain: an error event and the stream's end, or a 503."""
+async def answer_cut(out: Responder, door: Door) -> None:
+    """Close a request of ``door`` ended by the drain: a 503, or the stream's error and end."""
     err = OpenAIError(503, "The server is shutting down; retry the request.", type="ServiceUnavailableError")
     if not out.started:
-        await out.json(503, error_body(kind, err), {"retry-after": "1"})
-    elif kind in ("chat", "completion"):
-        await out.event(err.body())
-        await out.end_events("shutdown")
-    else:  # Responses / Messages streams name their events and have no [DONE]
-        await out.end(sse.named_event("error", stream_error_event(kind, err)))
+        await out.json(503, door.error_body(err), {"retry-after": "1"})
+    else:
+        await door.answer.end_cut(out, door, err)
 
 
 class DrainingServer(uvicorn.Server):

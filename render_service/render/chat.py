@@ -147,9 +147,7 @@ def _render_and_encode(
 ) -> tuple[str, list[int]]:
     """Apply the chat template and tokenize: ``(prompt_text, token_ids)``."""
     messages = prepare_messages(req.messages, template, media=media)
-    tools, documents = req.tools, req.documents
-    if tools is not None and tool_choice == "none" and config.exclude_tools_when_tool_choice_none:
-        tools = None
+    tools, documents = policy.template_tools(config, req.tools, tool_choice), req.documents
     sanitizer = bundle.sanitizer(template) if config.content_special_tokens == "text" else None
     if sanitizer is not None:
         messages, tools, documents, kwargs = (sanitizer.mark(x) for x in (messages, tools, documents, kwargs))

@@ -23,7 +23,7 @@ from typing import Any
 
 from prometheus_client import Histogram
 
-from .. import continuity
+from .. import continuity, policy
 from . import exact_history
 from ..config.serve import ServeConfig
 from ..errors import bad_request, check_token_ids
@@ -78,10 +78,7 @@ def render_turn(bundle: ModelBundle, config: ServeConfig, req: Any, template: Ch
     # The same inputs as the prompt's own render (chat._render_and_encode): tools left out
     # under --exclude-tools-when-tool-choice-none, user data marked under
     # --content-special-tokens text so that its control-token text stays text.
-    tools = req.tools
-    if (tools is not None and config.exclude_tools_when_tool_choice_none
-            and req.effective_tool_choice == "none"):
-        tools = None
+    tools = policy.template_tools(config, req.tools, req.effective_tool_choice)
     plain = (prepare_messages(req.messages, template, media=media), tools, req.documents, kwargs)
     sanitizer = bundle.sanitizer(template) if config.content_special_tokens == "text" else None
     marked = tuple(sanitizer.mark(x) for x in plain) if sanitizer is not None else plain

@@ -11,11 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from ...derender.assemble import response_id
+from ..answers import EventAnswer
 from ..door import Door
-from ..wire import anthropic_error_body, stream_error_event
+from ..wire import anthropic_error_body, anthropic_stream_error
 from .events import AnthropicMessage, AnthropicStream
-from .render import in_messages_terms, messages_to_chat, render_messages
-from .wire import AnthropicMessagesRequest, DerenderMessagesRequest, DerenderMessagesStreamRequest, PipeHeader
+from .render import count_tokens, in_messages_terms, messages_render_body, messages_to_chat, render_messages
+from .wire import (AnthropicCountTokensRequest, AnthropicMessagesRequest, DerenderMessagesRequest,
+                   DerenderMessagesStreamRequest, PipeHeader)
 
 
 def _final(events: list[dict]) -> dict:
@@ -38,9 +40,11 @@ DOOR = Door(
     derender_request=DerenderMessagesRequest,
     derender_stream_request=DerenderMessagesStreamRequest,
     pipe_header=PipeHeader,
+    answer=EventAnswer,
     request_field="messages_request",
     render=render_messages,
     to_chat=messages_to_chat,
+    render_body=messages_render_body,
     in_own_terms=lambda err, req: in_messages_terms(err, req, False),
     open_machine=_open_machine,
     restore_machine=lambda state: AnthropicStream(state=state),
@@ -49,5 +53,7 @@ DOOR = Door(
     done_events=frozenset({"message_stop"}),
     stops=lambda req: req.stop_sequences,
     error_body=anthropic_error_body,
-    stream_error=lambda err, sequence_number=0: stream_error_event("messages", err, sequence_number),
+    stream_error=anthropic_stream_error,
+    count_tokens=count_tokens,
+    count_tokens_request=AnthropicCountTokensRequest,
 )

@@ -1,4 +1,4 @@
-"""Derender's Anthropic Messages back door: one choice's deltas → an Anthropic ``message``
+"""The Anthropic Messages door's events: one choice's deltas → an Anthropic ``message``
 / its stream events. Sans-IO; the state is a few counters, bounded whatever the output
 length (Anthropic's events never repeat earlier text).
 

@@ -56,19 +56,28 @@ _PASS_FIELDS = ("model", "temperature", "top_p", "top_k", "cache_salt", "kv_tran
 IMAGE_BLOCK = "image"
 
 
+def messages_render_body(bundle: ModelBundle, config: ServeConfig, req: Any) -> dict[str, Any]:
+    """The chat body `render_messages` renders for ``req`` (a Messages or count_tokens request):
+    `messages_to_chat` under this server's template and flags, with the agent-loop fields."""
+    source = bundle.chat_template.source if bundle.chat_template is not None else None
+    effort = disabled_thinking_effort(bundle, config) if req.thinking is not None and req.thinking.type == "disabled" else "none"
+    return carry_agent_loop_fields(req, messages_to_chat(req, effort, merges_inline_system(source)))
+
+
 def render_messages(bundle: ModelBundle, config: ServeConfig, req: AnthropicMessagesRequest,
-                    request_id: str, media: MediaInput | None = None) -> dict[str, Any]:
+                    request_id: str, media: MediaInput | None = None, body: dict | None = None) -> dict[str, Any]:
     """An Anthropic Messages request → the `GenerateRequest` (``chatcmpl-<request_id>``, as
     vLLM's messages render names it). ``thinking.budget_tokens`` becomes
     ``sampling_params.thinking_token_budget`` (vLLM's place for it). ``media``: the loaded
     ``image`` blocks (`render.media.load_media_input` over the converted messages).
 
+    ``body``: `messages_render_body` of ``req`` when the caller made it already (for the media).
+
     Raises:
-        OpenAIError: 400 as the chat front door raises.
+        OpenAIError: 400 as the chat door raises.
     """
     source = bundle.chat_template.source if bundle.chat_template is not None else None
-    effort = disabled_thinking_effort(bundle, config) if req.thinking is not None and req.thinking.type == "disabled" else "none"
-    body = carry_agent_loop_fields(req, messages_to_chat(req, effort, merges_inline_system(source)))
+    body = dict(body if body is not None else messages_render_body(bundle, config, req))
     budget = body.pop("thinking_token_budget", None)
     try:
         gen = render_chat(bundle, config, validate(ChatCompletionRequest, body), request_id, media)
@@ -84,10 +93,10 @@ def render_messages(bundle: ModelBundle, config: ServeConfig, req: AnthropicMess
 
 
 def count_tokens(bundle: ModelBundle, config: ServeConfig, req: AnthropicMessagesRequest,
-                 media: MediaInput | None = None) -> dict[str, int]:
+                 media: MediaInput | None = None, body: dict | None = None) -> dict[str, int]:
     """``POST /v1/messages/count_tokens``: ``{"input_tokens": len(prompt)}`` of the prompt
     `render_messages` would build (images expanded)."""
-    return {"input_tokens": len(render_messages(bundle, config, req, "count", media)["token_ids"])}
+    return {"input_tokens": len(render_messages(bundle, config, req, "count", media, body)["token_ids"])}
 
 
 def messages_to_chat(req: Any, disabled_thinking_effort: str = "none", merge_inline_system: bool = False) -> dict[str, Any]:
@@ -125,7 +134,6 @@ def messages_to_chat(req: Any, disabled_thinking_effort: str = "none", merge_inl
                                else {"any": "required"}.get(kind, kind))
     if req.tools is not None:
         body["tools"] = [{"type": "function", "function": _function(t)} for t in req.tools]
-        body.setdefault("tool_choice", "auto")
     return body
 
 

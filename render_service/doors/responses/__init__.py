@@ -12,10 +12,11 @@ from typing import Any
 
 from ...derender.assemble import response_id
 from ...errors import OpenAIError
+from ..answers import EventAnswer
 from ..door import Door
-from ..wire import stream_error_event
+from ..wire import openai_stream_error
 from .events import ResponsesStream, response_envelope
-from .render import in_input_terms, render_responses, responses_to_chat
+from .render import in_input_terms, render_responses, responses_render_body, responses_to_chat
 from .wire import DerenderResponsesRequest, DerenderResponsesStreamRequest, PipeHeader, ResponsesRequest
 
 
@@ -43,9 +44,12 @@ DOOR = Door(
     derender_request=DerenderResponsesRequest,
     derender_stream_request=DerenderResponsesStreamRequest,
     pipe_header=PipeHeader,
+    answer=EventAnswer,
     request_field="responses_request",
-    render=lambda bundle, config, req, request_id, media=None: render_responses(bundle, config, req, media),
+    render=lambda bundle, config, req, request_id, media=None, body=None: render_responses(bundle, config, req, media,
+                                                                                          body),
     to_chat=responses_to_chat,
+    render_body=responses_render_body,
     in_own_terms=in_input_terms,
     open_machine=_open_machine,
     restore_machine=lambda state: ResponsesStream(state=state),
@@ -55,5 +59,5 @@ DOOR = Door(
     done_events=frozenset({"response.completed", "response.incomplete"}),
     stops=lambda req: req.stop,
     error_body=OpenAIError.body,
-    stream_error=lambda err, sequence_number=0: stream_error_event("responses", err, sequence_number),
+    stream_error=openai_stream_error,
 )

@@ -1,4 +1,4 @@
-"""Derender's Responses back door: one choice's deltas → a Responses ``Response`` / its
+"""The Responses door's events: one choice's deltas → a Responses ``Response`` / its
 typed stream events. Sans-IO; the state is plain data.
 
 The same `ResponsesStream` makes both answers: non-streaming is one whole `Delta` plus the
@@ -23,7 +23,7 @@ its non-streaming twin name items alike; ``call_id`` is the parser's tool-call i
 
 State: counters, the open item, and the text of the items so far — Responses' closing
 events (``*.done``, ``output_item.done``, ``response.completed``) repeat the whole output,
-so, unlike chat and Anthropic Messages, this back door must remember it.
+so, unlike chat and Anthropic Messages, this door's machine must remember it.
 """
 
 from __future__ import annotations

@@ -46,8 +46,14 @@ _SAME_FIELDS = ("model", "temperature", "top_p", "top_k", "min_p", "repetition_p
 OUTPUT_LOGPROBS = "message.output_text.logprobs"
 
 
+def responses_render_body(bundle: ModelBundle, config: ServeConfig, req: Any) -> dict[str, Any]:
+    """The chat body `render_responses` renders for ``req``: `responses_to_chat` with the
+    agent-loop fields."""
+    return carry_agent_loop_fields(req, responses_to_chat(req))
+
+
 def render_responses(bundle: ModelBundle, config: ServeConfig, req: ResponsesRequest,
-                     media: MediaInput | None = None) -> dict[str, Any]:
+                     media: MediaInput | None = None, body: dict | None = None) -> dict[str, Any]:
     """A Responses request → the `GenerateRequest` vLLM 0.33 returns for it: the chat render
     of the converted conversation in Responses' own envelope — ``request_id`` is the body's
     (default ``resp_<16 hex>``; vLLM ignores ``X-Request-Id`` here), no ``parse_context`` or
@@ -55,10 +61,13 @@ def render_responses(bundle: ModelBundle, config: ServeConfig, req: ResponsesReq
     ``media``: the request's loaded ``input_image`` parts (`render.media.load_media_input`
     over the converted messages), as for chat.
 
+    ``body``: `responses_render_body` of ``req`` when the caller made it already (for the media).
+
     Raises:
-        OpenAIError: 400 as `responses_to_chat` and the chat front door raise.
+        OpenAIError: 400 as `responses_to_chat` and the chat door raise.
     """
-    body = carry_agent_loop_fields(req, responses_to_chat(req))
+    if body is None:
+        body = responses_render_body(bundle, config, req)
     try:
         chat = validate(ChatCompletionRequest, body)
         gen = render_chat(bundle, config, chat, "", media)

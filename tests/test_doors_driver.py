@@ -101,7 +101,7 @@ def world(tmp_path_factory) -> Iterator[World]:
     ]
     # The tool-call turn's prompt tail is the same for both APIs (same conversation, same tools).
     responses = [{"match": prompt[-10:], "token_ids": tok.encode(text) + [eos]} for prompt, text in script]
-    path = tmp_path_factory.mktemp("frontdoors") / "script.json"
+    path = tmp_path_factory.mktemp("doors") / "script.json"
     path.write_text(json.dumps({"model": "scripted", "responses": responses}))
     with EngineProcess("--scripted", str(path), role="prefill") as p1, \
             EngineProcess("--scripted", str(path), role="decode") as d1, \

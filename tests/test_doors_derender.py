@@ -21,7 +21,8 @@ from conftest import MODELS, needs_shared, qwen3_hermes, render_server
 
 pytestmark = needs_shared
 
-from render_service.doors.session import FrontDoorDerenderer, final_object  # noqa: E402
+from render_service.doors import DOORS  # noqa: E402
+from render_service.doors.session import Derender  # noqa: E402
 from render_service.derender.service import Derenderer  # noqa: E402
 from render_service.wire.validate import validate  # noqa: E402
 from render_service.doors.messages.render import render_messages  # noqa: E402
@@ -103,7 +104,7 @@ def calls_named(obj):
 def run_stream(fd, kind, req, prompt, parts, rid, finish="stop"):
     state, events, sizes = None, [], []
     for body in chunk_bodies(kind, req, prompt, parts, rid, finish):
-        out = fd.stream(kind, validate(BODIES[kind][1], {**body, "stream_state": state}))
+        out = fd.stream(DOORS[kind], validate(BODIES[kind][1], {**body, "stream_state": state}))
         state = out["stream_state"]
         events += out["events"]
         sizes.append(orjson.loads(state["s"]))
@@ -134,15 +135,15 @@ def check_grammar(kind, events):
 @pytest.mark.parametrize("kind", ["responses", "messages"])
 def test_every_chunking_of_a_short_answer_folds_to_the_whole(qwen, kind):
     bundle, cfg = qwen
-    fd = FrontDoorDerenderer(Derenderer(bundle, cfg))
+    fd = Derender(Derenderer(bundle, cfg))
     req, prompt, ids, rid = setup(qwen, kind, SHORT_TEXT)
-    whole = calls_named(fd.whole(kind, validate(BODIES[kind][0], whole_body(kind, req, prompt, ids, rid))))
+    whole = calls_named(fd.whole(DOORS[kind], validate(BODIES[kind][0], whole_body(kind, req, prompt, ids, rid))))
     n = 0
     for mask in itertools.product((False, True), repeat=len(ids) - 1):
         parts = cut(ids, [i + 1 for i, c in enumerate(mask) if c])
         events, _ = run_stream(fd, kind, req, prompt, parts, rid)
         check_grammar(kind, events)
-        assert calls_named(final_object(kind, events)) == whole
+        assert calls_named(DOORS[kind].final(events)) == whole
         n += 1
     assert n == 2 ** (len(ids) - 1) >= 256
 
@@ -150,9 +151,9 @@ def test_every_chunking_of_a_short_answer_folds_to_the_whole(qwen, kind):
 @pytest.mark.parametrize("kind", ["responses", "messages"])
 def test_tool_call_chunkings_fold_to_the_whole(qwen, kind):
     bundle, cfg = qwen
-    fd = FrontDoorDerenderer(Derenderer(bundle, cfg))
+    fd = Derender(Derenderer(bundle, cfg))
     req, prompt, ids, rid = setup(qwen, kind, TOOL_TEXT)
-    whole = calls_named(fd.whole(kind, validate(BODIES[kind][0], whole_body(kind, req, prompt, ids, rid))))
+    whole = calls_named(fd.whole(DOORS[kind], validate(BODIES[kind][0], whole_body(kind, req, prompt, ids, rid))))
     if kind == "responses":
         assert [i["type"] for i in whole["output"]] == ["reasoning", "message", "function_call"]
         assert json.loads(whole["output"][2]["arguments"]) == {"city": "Paris"}
@@ -165,7 +166,7 @@ def test_tool_call_chunkings_fold_to_the_whole(qwen, kind):
     for cuts in chunkings:
         events, _ = run_stream(fd, kind, req, prompt, cut(ids, cuts), rid)
         check_grammar(kind, events)
-        assert calls_named(final_object(kind, events)) == whole
+        assert calls_named(DOORS[kind].final(events)) == whole
 
 
 @pytest.mark.parametrize("kind", ["responses", "messages"])
@@ -174,7 +175,7 @@ def test_stream_state_stays_bounded(qwen, kind):
     not grow with the output; Responses additionally carries the output it must repeat in
     its closing events (``acc``/``done``), and nothing else grows."""
     bundle, cfg = qwen
-    fd = FrontDoorDerenderer(Derenderer(bundle, cfg))
+    fd = Derender(Derenderer(bundle, cfg))
     req, prompt, ids, rid = setup(qwen, kind, LONG_TEXT)
     _, payloads = run_stream(fd, kind, req, prompt, [[i] for i in ids], rid)
     assert len(ids) > 300
@@ -193,10 +194,10 @@ def test_stream_state_stays_bounded(qwen, kind):
 
 def test_length_finish(qwen):
     bundle, cfg = qwen
-    fd = FrontDoorDerenderer(Derenderer(bundle, cfg))
+    fd = Derender(Derenderer(bundle, cfg))
     for kind in ("responses", "messages"):
         req, prompt, ids, rid = setup(qwen, kind, SHORT_TEXT)
-        out = fd.whole(kind, validate(BODIES[kind][0], whole_body(kind, req, prompt, ids[:-3], rid, finish="length")))
+        out = fd.whole(DOORS[kind], validate(BODIES[kind][0], whole_body(kind, req, prompt, ids[:-3], rid, finish="length")))
         if kind == "responses":
             assert out["status"] == "incomplete" and out["incomplete_details"] == {"reason": "max_output_tokens"}
         else:
@@ -205,9 +206,9 @@ def test_length_finish(qwen):
 
 def test_abort_is_cancelled_not_completed(qwen):
     bundle, cfg = qwen
-    fd = FrontDoorDerenderer(Derenderer(bundle, cfg))
+    fd = Derender(Derenderer(bundle, cfg))
     req, prompt, ids, rid = setup(qwen, "responses", SHORT_TEXT)
-    out = fd.whole("responses", validate(BODIES["responses"][0], whole_body("responses", req, prompt, ids[:-3], rid,
+    out = fd.whole(DOORS["responses"], validate(BODIES["responses"][0], whole_body("responses", req, prompt, ids[:-3], rid,
                                                                             finish="abort")))
     assert out["status"] == "cancelled" and out["incomplete_details"] is None
     assert out["output"][-1]["status"] == "incomplete"
@@ -240,7 +241,7 @@ def test_http_stateless_stream_and_pipe_equal_whole(qwen, url, kind):
         assert r.status_code == 200, r.text
         state, events = r.json()["stream_state"], events + r.json()["events"]
     check_grammar(kind, events)
-    assert calls_named(final_object(kind, events)) == calls_named(whole.json())
+    assert calls_named(DOORS[kind].final(events)) == calls_named(whole.json())
 
     # Pipe: the header line, then the engine's SSE bytes in awkward splits.
     header = {"prompt_token_ids": prompt, f"{kind}_request": req}
@@ -263,7 +264,7 @@ def test_http_stateless_stream_and_pipe_equal_whole(qwen, url, kind):
         assert name == "event: " + ev["type"]
         piped.append(ev)
     assert "[DONE]" not in r.text
-    assert calls_named(final_object(kind, piped)) == calls_named(whole.json())
+    assert calls_named(DOORS[kind].final(piped)) == calls_named(whole.json())
 
 
 def test_http_bad_input_in_each_api_shape(qwen, url):
