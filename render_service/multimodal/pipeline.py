@@ -143,8 +143,9 @@ class MultimodalRenderer:
         for part in parts:
             i = index[part.modality] = index.get(part.modality, -1) + 1
             # The same media twice in one request is loaded and processed once. Keyed by the URL's
-            # length and ends, then compared whole: hashing a data URL (MBs) would cost more than the
-            # rest of a repeated image's answer; comparing equal-length strings is a memcmp.
+            # length and ends, then compared whole: a dict keyed on a data URL runs siphash over all
+            # of it on the event loop (1.7 % of a repeated image's server CPU); equal-length
+            # strings compare with a memcmp.
             url = part.url
             key = (part.modality, part.uuid, None if url is None else (len(url), url[:96], url[-32:]))
             same = tasks.setdefault(key, [])
