@@ -4,6 +4,7 @@ in place and alive until the socket has them; data URLs decoded from the request
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import socket
 import sys
@@ -20,7 +21,21 @@ from render_service.multimodal.answer import answer_pieces
 from render_service.multimodal.ascii_view import ascii_bytes
 from render_service.multimodal.media import MediaLimits, load_data_url
 
-from test_multimodal_render import BY_NAME, QWEN_VL, RENDER, post, record, vl_server
+from test_multimodal_render import ANSWERS as VLLM_ANSWERS, BY_NAME, QWEN_VL, RENDER, post, record, vl_server
+
+
+@contextlib.contextmanager
+def hardened_vl_server(**config):
+    """`vl_server` behind the protocol `serve` runs (`HardenedProtocol`: it offers PiecesResponse
+    the transport's write buffer, `connections.BUFFER_EXTENSION`)."""
+    from conftest import serve_app
+    from render_service.config.serve import ServeConfig
+    from render_service.serve.server import build_app
+
+    app, _, _ = build_app(ServeConfig(model=str(QWEN_VL), mm_hash_model_id=VLLM_ANSWERS["model_id"],
+                                      served_model_name=(str(QWEN_VL), VLLM_ANSWERS["model_id"]), **config))
+    with serve_app(app, http="render_service.http.connections:HardenedProtocol") as url:
+        yield url
 
 
 def _b64(n: int, seed: int) -> str:
@@ -93,13 +108,14 @@ def test_data_urls_decode_from_the_requests_string():
 
 
 @pytest.mark.skipif(not QWEN_VL.is_dir(), reason="../shared/models/qwen2.5-vl-instruct not present")
-def test_a_slow_reader_gets_the_whole_answer_when_nothing_else_keeps_it():
+@pytest.mark.parametrize("serving", [vl_server, hardened_vl_server], ids=["uvicorn", "hardened"])
+def test_a_slow_reader_gets_the_whole_answer_when_nothing_else_keeps_it(serving):
     """No processor cache (nothing keeps the strings but the answer), a client that reads a
     720p answer slowly through a small receive buffer: the bytes equal a fast read's and
     Content-Length, and the server answers other requests meanwhile."""
     case = BY_NAME["single_jpeg_640x480"]
     body = orjson.dumps({**record.resolve(case["request"]), "request_id": "same"})
-    with vl_server(mm_processor_cache_gb=0) as url:
+    with serving(mm_processor_cache_gb=0) as url:
         fast = post(url, orjson.loads(body))
         assert fast.status_code == 200, fast.text
         host, port = url.removeprefix("http://").split(":")
@@ -125,3 +141,22 @@ def test_a_slow_reader_gets_the_whole_answer_when_nothing_else_keeps_it():
     assert head.startswith(b"HTTP/1.1 200")
     assert bytes(received) == fast.content == other.content
     assert length == len(fast.content)
+
+
+def test_answers_in_pieces_keep_a_connection_usable():
+    """A multi-piece answer (five images: the transport queues every piece, then its write limit
+    is restored with megabytes still queued) and then a small and a text answer on the same
+    keep-alive connection: each is whole and equal to the same request's answer on a fresh one
+    (served by `HardenedProtocol`, which offers the write buffer)."""
+    import httpx
+
+    many = {**record.resolve(BY_NAME["five_images"]["request"]), "request_id": "same"}
+    one = {**record.resolve(BY_NAME["single_rgb_64"]["request"]), "request_id": "same"}
+    text = {"messages": [{"role": "user", "content": "hi"}], "request_id": "same"}
+    with hardened_vl_server() as url:
+        with httpx.Client(base_url=url, timeout=60) as client:   # one connection, kept alive
+            answers = [client.post(RENDER, json=body) for body in (many, one, text, many)]
+        fresh = [post(url, body) for body in (many, one, text)]
+    assert [a.status_code for a in answers] == [200] * 4, answers[0].text
+    assert [a.content for a in answers] == [f.content for f in fresh] + [fresh[0].content]
+    assert len(answers[0].json()["features"]["kwargs_data"]["image"]) == 5

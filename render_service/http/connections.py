@@ -74,6 +74,10 @@ from .admission import Admission, refusal_bytes
 
 _UNSET = object()
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST and drops unsent bytes
+BUFFER_EXTENSION = "render_service.buffer_up_to"
+"""ASGI scope extension: ``scope["extensions"][BUFFER_EXTENSION](nbytes | None)`` raises (or, with
+None, restores) how much the connection's transport buffers before pausing the app
+(`_HeadWithBody.buffer_up_to`; used by `multimodal.answer.PiecesResponse`)."""
 DRAIN_MAX_BYTES = 64 << 20
 """Most body bytes read (and dropped) after a request was answered early, before closing."""
 OVER_CAP_WAIT_S = 1.0
@@ -123,6 +127,17 @@ class _HeadWithBody:
         except RuntimeError:  # uvloop's "the handler is closed": the client left before connection_lost ran
             if not self._transport.is_closing():
                 raise  # (asyncio's transports drop a write after close; so do we)
+
+    def buffer_up_to(self, nbytes: int | None) -> None:
+        """Let the transport buffer up to ``nbytes`` before pausing the app's writes (None: the
+        default, 64 KiB). For a body whose pieces are views of strings kept anyway (`PiecesResponse`:
+        the processor cache's base64), buffering them costs no memory, and writing them without
+        a drain between pieces costs less CPU (a 15 MB answer: ~0.85x the server's per request)."""
+        try:
+            self._transport.set_write_buffer_limits(high=nbytes)
+        except RuntimeError:  # uvloop's "the handler is closed": the client left (as in `write`)
+            if not self._transport.is_closing():
+                raise
 
     def flush(self) -> None:
         """Send the held head now, if any."""
@@ -377,6 +392,7 @@ class HardenedProtocol(HttpToolsProtocol):
             trailers.size = size
             self.headers = trailers  # the head is in scope["headers"]; what comes now is trailers
             cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
+            self.scope.setdefault("extensions", {})[BUFFER_EXTENSION] = cycle.transport.buffer_up_to
 
     def on_body(self, body: bytes) -> None:
         self._other_bytes += len(body)

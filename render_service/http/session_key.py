@@ -11,7 +11,7 @@ The key, in order:
    (NVIDIA Dynamo's), ``X-SMG-Routing-Key`` (SGLang's model gateway), then the body's
    ``prompt_cache_key`` (OpenAI's field: a string); sent back as is;
 2. else derived from the conversation's opening, which every later turn repeats unchanged:
-   ``"open-"`` + 32 hex digits of BLAKE2b over the system prompt and the first user message
+   ``"open-"`` + 32 hex digits of BLAKE3 over the system prompt and the first user message
    (chat ``messages``; Responses ``instructions`` + ``input``; Messages ``system`` +
    ``messages``), each message's text, whether sent as a string or as text parts; for
    completions, the first 1024 characters (or 256 ids) of the first prompt, stable once the
@@ -26,10 +26,10 @@ The route parses the body (`common.read_json` leaves it in the scope under `PARS
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import orjson
+from blake3 import blake3
 
 from ..doors import DOORS
 from .common import PARSED_BODY
@@ -68,7 +68,8 @@ def session_key(headers: list[tuple[bytes, bytes]], body: Any) -> str | None:
     opening = _opening(body)
     if opening is None:
         return None
-    return "open-" + hashlib.blake2b(orjson.dumps(opening), digest_size=16).hexdigest()
+    # BLAKE3, not BLAKE2b: an opening with images holds their data URLs (MBs), hashed ~5x faster
+    return "open-" + blake3(orjson.dumps(opening)).hexdigest(16)
 
 
 def echo(scope: dict, response: Any) -> None:
@@ -83,7 +84,7 @@ def echo(scope: dict, response: Any) -> None:
 def _printable(key: str) -> str:
     if len(key) <= MAX_KEY_CHARS and key.isascii() and key.isprintable():
         return key
-    return "key-" + hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    return "key-" + blake3(key.encode("utf-8", "surrogatepass")).hexdigest(16)
 
 
 def _text(content: Any) -> Any:

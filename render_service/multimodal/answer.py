@@ -23,6 +23,9 @@ from starlette.responses import Response
 
 from .ascii_view import ascii_bytes
 
+BUFFER_EXTENSION = "render_service.buffer_up_to"
+"""The server protocol's ASGI extension (``http.connections.BUFFER_EXTENSION``: a higher layer)."""
+
 
 def answer_pieces(answer: dict[str, Any]) -> list[bytes | memoryview]:
     """``orjson.dumps(answer)`` as pieces (their concatenation is byte-equal to it).
@@ -77,11 +80,21 @@ class PiecesResponse(Response):
     def __init__(self, pieces: list[bytes | memoryview], headers: Mapping[str, str] | None = None):
         self.pieces = pieces
         super().__init__(None, headers=headers)
-        length = str(sum(len(p) for p in pieces)).encode()
+        self.length = sum(len(p) for p in pieces)
+        length = str(self.length).encode()
         self.raw_headers = [(k, length if k == b"content-length" else v) for k, v in self.raw_headers]
 
     async def __call__(self, scope, receive, send) -> None:
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        last = len(self.pieces) - 1
-        for i, piece in enumerate(self.pieces):
-            await send({"type": "http.response.body", "body": piece, "more_body": i < last})
+        # The pieces are held by the answer anyway: let the transport queue them all rather than
+        # drain after each (the server's own protocol offers this; others: the default flow control)
+        buffer_up_to = scope.get("extensions", {}).get(BUFFER_EXTENSION)
+        if buffer_up_to is not None:
+            buffer_up_to(max(self.length, 1 << 16))
+        try:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            last = len(self.pieces) - 1
+            for i, piece in enumerate(self.pieces):
+                await send({"type": "http.response.body", "body": piece, "more_body": i < last})
+        finally:
+            if buffer_up_to is not None:
+                buffer_up_to(None)
