@@ -83,6 +83,11 @@ def test_conversations_without_a_session_header_stay_on_one_replica():
         keyed = {client.post("/render", json={"messages": turns}, headers={"X-Session-ID": "agent-7"}
                              ).headers["x-render-replica"] for turns in conversations[0]}
         assert len(keyed) == 1
+        # a client that sends the echoed (derived) key back stays where its opening went
+        for n, turns in enumerate(conversations):
+            echoed = client.post("/v1/chat/completions/render", json={"messages": turns[-1]},
+                                 headers={"X-Session-ID": session_key([], {"messages": turns[0]})})
+            assert echoed.headers["x-render-replica"] in where[n], (n, echoed.headers["x-render-replica"], where[n])
 
 
 def test_the_bench_varies_only_what_it_says():
