@@ -144,6 +144,8 @@ def test_auto_tool_choice_without_a_parser_is_refused_before_the_model_loads(tmp
     (["--workers", "0"], "must be at least 1, got 0"),
     (["--default-chat-template-kwargs", "{x"], "argument --default-chat-template-kwargs: not valid JSON"),
     (["--config", "/nope.yaml"], "--config /nope.yaml: cannot read it"),
+    # past int64 it was taken, then /v1/models and every render without max_tokens answered 400 (fresh user)
+    (["--max-model-len", "99999999999999999999"], "argument --max-model-len: a context length must be at most"),
 ])
 def test_a_wrong_serve_flag_is_one_line(argv, says):
     """Refused as `--chat-template /nonexistent` is: one line naming the flag (the 70-line usage came first)."""

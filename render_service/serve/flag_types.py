@@ -37,7 +37,13 @@ def context_length(value: str) -> int:
         raise argparse.ArgumentTypeError(f"not a context length: {value!r}") from None
     if number < 2:
         raise argparse.ArgumentTypeError(f"a context length must be at least 2 tokens, got {number}")
+    if number > MAX_CONTEXT_LENGTH:  # past int64 every JSON answer that names it (/v1/models, limits) fails
+        raise argparse.ArgumentTypeError(f"a context length must be at most {MAX_CONTEXT_LENGTH} tokens, got {value}")
     return number
+
+
+MAX_CONTEXT_LENGTH = 2**63 - 1
+"""The largest ``--max-model-len``: a 64-bit signed integer, as the JSON answers carry it (and vLLM's int)."""
 
 
 def _read(value: str, kind: type, what: str):
