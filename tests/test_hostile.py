@@ -1102,3 +1102,20 @@ def test_a_choice_index_past_n_is_refused(smol_url, route, request_field, n, whe
     unsaid = body([0, limit])
     unsaid[request_field].pop("n")
     assert httpx.post(smol_url + route, json=unsaid, timeout=30).status_code == 200
+
+
+def test_tool_call_arguments_nested_past_the_recursion_limit_are_a_plain_400(smol_url):
+    """A past tool call's arguments nested ~1000 deep (JSON text here: decoded for the template;
+    an object reaches a template's JSON encoder the same way) came back as 'Invalid request
+    (RecursionError): maximum recursion depth exceeded…' (the fresh user): a 400, but naming
+    Python's internals, not what to change."""
+    deep = '{"a":' * 1010 + "1" + "}" * 1010
+    arguments = '"' + deep.replace('"', '\\"') + '"'
+    body = ('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": '
+            '[{"id": "c1", "type": "function", "function": {"name": "f", "arguments": ' + arguments + '}}]}, '
+            '{"role": "tool", "tool_call_id": "c1", "content": "ok"}]}')
+    r = httpx.post(smol_url + "/v1/chat/completions/render", content=body,
+                   headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert "Recursion" not in message and "nested too deeply" in message, message

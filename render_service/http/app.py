@@ -30,6 +30,9 @@ async def _malformed(request: Request, exc: Exception) -> JSONResponse:
     """Errors that only malformed input reaches (a field of the wrong shape deep in a body,
     nesting past the recursion limit): the client's fault, so a 400, never a 500."""
     log.warning("malformed request on %s: %s: %s", request.url.path, type(exc).__name__, exc)
+    if isinstance(exc, RecursionError):  # within the body's 1024 levels, yet past Python's stack (e.g. tool-call arguments)
+        return error_response(OpenAIError(400, "Invalid request: a value is nested too deeply to render "
+                                               "(e.g. tool-call arguments nested about a thousand levels); flatten it."))
     return error_response(OpenAIError(400, f"Invalid request ({type(exc).__name__}): {exc}"[:500]))
 
 
