@@ -109,8 +109,8 @@ FLAGS: tuple[Flag, ...] = (
            help="auto: the fast backend only where proven equal to HF for this tokenizer"),
     _field("--host", help="listen address (default: every interface, as vLLM; 127.0.0.1: this machine only)"),
     _field("--port", type=port_type, help="listen port"),
-    _field("--host", commands=(DRIVE,), driver=True),
-    _field("--port", commands=(DRIVE,), driver=True, type=port_type),
+    _field("--host", commands=(DRIVE,), driver=True, help="listen address (default {})"),
+    _field("--port", commands=(DRIVE,), driver=True, type=port_type, help="listen port (default {})"),
     _field("--timeout", commands=(DRIVE,), driver=True, type=float, metavar="S",
            help="seconds an upstream may stay silent before its hop fails with 504 (default {})"),
     _field("--kv-reuse", commands=(DRIVE,), driver=True, action="store_true",
@@ -130,7 +130,7 @@ FLAGS: tuple[Flag, ...] = (
            help="with tool_choice none, render the prompt without the tools (vLLM's flag)"),
     _field("--token-exact-history", action="store_true",
            help="chat requests with previous_turn render as its exact ids + the new messages "
-                "(a request's token_exact_history overrides; README 'Agent loops')"),
+                "(a request's token_exact_history overrides; docs/guide.md 'Agent loops')"),
     _field("--content-special-tokens", choices=("parse", "text"),
            help="parse: control-token text in messages becomes control tokens (HF parity); "
                 "text: it stays plain text (no turn forging)"),
@@ -209,7 +209,7 @@ FLAGS: tuple[Flag, ...] = (
           dest="disable_uvicorn_access_log", help="no access log line per request"),
     _field("--enable-log-requests", group=VLLM, action="store_true",
            help="log each request (method, path, status, ms)"),
-    _field("--max-log-len", group=VLLM, type=int, help="with --enable-log-requests: truncate logged bodies"),
+    _field("--max-log-len", group=VLLM, type=int, help="with --enable-log-requests: most characters of a logged request path (bodies are never logged)"),
     _field("--enable-prompt-tokens-details", group=VLLM, action="store_true",
            help="derender reports the engine's usage.prompt_tokens_details (cached_tokens), else null"),
     _field("--enable-request-id-headers", group=VLLM, action="store_true",
