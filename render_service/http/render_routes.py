@@ -97,9 +97,10 @@ def routes(ctx: AppContext) -> list[Route]:
                 req = validate(door.request, body)
             ctx.check_model(req.model)
             rid = _request_id(request, req.request_id if ids_from_body else None)
+            # a door over chat converts once: its media come from that chat body, which its render takes
             chat = door.render_body(ctx.bundle, ctx.config, req) if door.render_body is not None else None
             media = None
-            if door.takes_media:  # a door over chat: the media come from its converted body, made once
+            if door.takes_media:
                 with tracing.span("media"):
                     media = await door_media(ctx, door, req.messages if chat is None else chat["messages"], req)
             inline = (fresh is not None and media is None and _little_new(req, fresh)
