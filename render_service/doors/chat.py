@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..errors import OpenAIError
 from ..render.chat import render_chat
+from ..render.known_history import KNOWN
 from ..wire.derender import DerenderChatRequest, DerenderChatStreamRequest, PipeHeader
 from ..wire.openai import ChatCompletionRequest
 from .answers import ChatAnswer
@@ -28,5 +29,8 @@ DOOR = Door(
     pipe_header=PipeHeader,
     request_field="chat_request",
     answer=ChatAnswer,
+    render_aliases=("/render",),
+    render_loads=KNOWN.parse,  # an agent's history: parsed once
+    forced_tools=lambda req: (req.tools, req.effective_tool_choice),
     derender_aliases=("/derender",),
 )

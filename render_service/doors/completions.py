@@ -102,5 +102,6 @@ DOOR = Door(
     pipe_header=PipeHeader,
     request_field="completion_request",
     answer=CompletionAnswer,
+    takes_media=False,
     conversation=False,
 )

@@ -54,6 +54,15 @@ class Door:
             route is vLLM's, OpenAI-shaped).
         count_tokens(bundle, config, req, media) -> ``{"input_tokens"}`` of
             ``count_tokens_request`` (served at ``path + "/count_tokens"``), or None.
+
+    The render route (`http.render_routes`, one builder for every door):
+        render_aliases: more paths of the render route (chat: vLLM's ``/render``).
+        render_loads(bytes) -> (body, bytes parsed anew): the body parse of a door whose
+            requests carry a conversation parsed before (chat: `render.known_history.KNOWN`);
+            with it, a request that brings little new renders on the event loop. None: orjson.
+        takes_media: the render loads the request's images (completions: none).
+        forced_tools(req) -> (tools, effective tool_choice), read for the
+            ``X-Tool-Choice-Unconstrained`` header (chat), or None: no such header.
     """
 
     name: str
@@ -80,6 +89,10 @@ class Door:
     stream_error: Callable[[OpenAIError, int], dict] | None = None
     render_body: Callable[[Any, Any, Any], dict] | None = None
     count_tokens: Callable[..., dict] | None = None
+    render_aliases: tuple[str, ...] = ()
+    render_loads: Callable[[bytes], tuple[Any, int]] | None = None
+    takes_media: bool = True
+    forced_tools: Callable[[Any], tuple[list | None, str | dict]] | None = None
     derender_aliases: tuple[str, ...] = ()  # more paths of the derender route (chat: vLLM's ``/derender``)
     conversation: bool = True  # requests are turns of a conversation (the driver's KV reuse keys them)
     count_tokens_request: type | None = None

@@ -1,6 +1,20 @@
-"""Render routes: ``/v1/chat/completions/render`` (+ ``/render`` alias) and ``/v1/completions/render``."""
+"""Render routes of every door (`doors.DOORS`): ``POST <door.render_path>`` and its aliases.
+
+| route | body | answer |
+|---|---|---|
+| ``/v1/chat/completions/render`` (alias ``/render``) | ``ChatCompletionRequest`` | ``GenerateRequest`` (vLLM 0.33's) |
+| ``/v1/completions/render`` | ``CompletionRequest`` | a list of ``GenerateRequest``, one per prompt |
+| ``/v1/responses/render`` | ``ResponsesRequest`` | ``GenerateRequest`` |
+| ``/v1/messages/render`` | ``AnthropicMessagesRequest`` | ``GenerateRequest`` |
+
+One handler serves them all; what differs is a `Door` field (request model, ``render``,
+``render_body``, ``render_loads``, ``takes_media``, ``forced_tools``, ``render_aliases``).
+Errors: every render route answers as vLLM does (OpenAI error shape, also for Messages).
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -8,14 +22,13 @@ from starlette.routing import Route
 
 from ..telemetry import tracing
 from ..policy import tool_parser_active
-from ..doors import DOORS
-from ..doors.completions import render_completion
-from ..render import new_request_id, render_chat
+from ..doors import DOORS, Door
+from ..errors import OpenAIError
+from ..render import new_request_id
 from ..render.tool_constraints import unenforced
 from ..tokenizer.ids_json import dumps_answer, release
-from ..render.known_history import KNOWN
-from ..render.media import chat_media_parts, load_media_input, mm_payload
-from ..wire.openai import ChatCompletionRequest, CompletionRequest
+from ..render.media import MediaInput, chat_media_parts, load_media_input, mm_payload
+from ..wire.openai import ChatCompletionRequest
 from .common import AppContext, JSONResponse, first_header, read_json, small_body
 from ..wire.validate import validate
 
@@ -54,49 +67,68 @@ def _request_template(req: ChatCompletionRequest) -> bool:
     return req.chat_template is not None or "chat_template" in (req.chat_template_kwargs or {})
 
 
+async def door_media(ctx: AppContext, door: Door, messages: Any, req: Any) -> MediaInput | None:
+    """The images of chat ``messages`` (``req``'s, or its door's chat body's), loaded for ``door``.
+
+    Raises:
+        OpenAIError: 400 on a text-only model or for a bad part, its ``param`` in the request's
+        own API (``door.in_own_terms``).
+    """
+    try:
+        return await load_media_input(ctx.multimodal, chat_media_parts(messages), mm_payload(req))
+    except OpenAIError as err:
+        if door.in_own_terms is None:
+            raise
+        raise door.in_own_terms(err, req) from None
+
+
 def routes(ctx: AppContext) -> list[Route]:
-    """The render routes bound to ``ctx``."""
+    """The render route of every door (`doors.DOORS`) bound to ``ctx``, at its path and aliases."""
 
-    async def chat(request: Request) -> JSONResponse:
-        body, fresh = await read_json(request, ctx.config.max_body_bytes, KNOWN.parse)  # an agent's history: parsed once
-        with tracing.span("parse"):
-            req = validate(ChatCompletionRequest, body)
-        ctx.check_model(req.model)
-        rid = _request_id(request, req.request_id)
-        with tracing.span("media"):
-            media = await load_media_input(ctx.multimodal, chat_media_parts(req.messages), mm_payload(req))
-        inline = (media is None and _little_new(req, fresh) and small_body(request, INLINE_BODY_MAX_BYTES)
-                  and ctx.bundle.tokenizer.backend_name != "hf")
-        out = await ctx.run_cpu(render_chat, ctx.bundle, ctx.config, req, rid, media, inline=inline)
-        ctx.metrics.rendered(request.scope["path"], out)
-        parser = ctx.config.tool_call_parser if tool_parser_active(ctx.config) else None
-        note = unenforced(parser, req.tools, req.effective_tool_choice)
-        # a forced call nothing will enforce (render.tool_constraints): say so rather than fail
-        headers = {TOOL_CHOICE_UNCONSTRAINED: note} if note else None
-        with tracing.span("serialize"):
-            if (out.get("features") or {}).get("kwargs_data"):
-                # megabytes of base64 pixels: written from the kept strings in place, not copied into one body
-                from ..multimodal.answer import PiecesResponse, answer_pieces   # (a text model never loads it)
+    def render(door: Door):
+        ids_from_body = "request_id" in door.request.model_fields
 
-                return PiecesResponse(answer_pieces(out), headers=headers)
-            # a prompt that extended a cached one brings most of its ids' JSON along (tokenizer.ids_json)
-            response = Response(dumps_answer(out), media_type="application/json", headers=headers)
-        release(out["token_ids"])  # the answer's bytes are built: the next turn may take the list over
-        return response
+        async def handle(request: Request) -> Response:
+            if door.render_loads is not None:
+                body, fresh = await read_json(request, ctx.config.max_body_bytes, door.render_loads)
+            else:
+                body, fresh = await read_json(request, ctx.config.max_body_bytes), None
+            with tracing.span("parse"):
+                req = validate(door.request, body)
+            ctx.check_model(req.model)
+            rid = _request_id(request, req.request_id if ids_from_body else None)
+            # a door over chat converts once: its media come from that chat body, which its render takes
+            chat = door.render_body(ctx.bundle, ctx.config, req) if door.render_body is not None else None
+            media = None
+            if door.takes_media:
+                with tracing.span("media"):
+                    media = await door_media(ctx, door, req.messages if chat is None else chat["messages"], req)
+            inline = (fresh is not None and media is None and _little_new(req, fresh)
+                      and small_body(request, INLINE_BODY_MAX_BYTES) and ctx.bundle.tokenizer.backend_name != "hf")
+            args = (ctx.bundle, ctx.config, req, rid, media) + ((chat,) if chat is not None else ())
+            out = await ctx.run_cpu(door.render, *args, inline=inline)
+            if not door.over_chat:  # the doors over chat count no prompt tokens (as before one builder)
+                ctx.metrics.rendered(request.scope["path"], out)
+            headers = None
+            if door.forced_tools is not None:
+                parser = ctx.config.tool_call_parser if tool_parser_active(ctx.config) else None
+                note = unenforced(parser, *door.forced_tools(req))
+                # a forced call nothing will enforce (render.tool_constraints): say so rather than fail
+                headers = {TOOL_CHOICE_UNCONSTRAINED: note} if note else None
+            with tracing.span("serialize"):
+                if isinstance(out, list):  # completions: one GenerateRequest per prompt
+                    return JSONResponse(out, headers=headers)
+                if (out.get("features") or {}).get("kwargs_data"):
+                    # megabytes of base64 pixels: written from the kept strings in place, not copied into one body
+                    from ..multimodal.answer import PiecesResponse, answer_pieces   # (a text model never loads it)
 
-    async def completion(request: Request) -> JSONResponse:
-        body = await read_json(request, ctx.config.max_body_bytes)
-        with tracing.span("parse"):
-            req = validate(CompletionRequest, body)
-        ctx.check_model(req.model)
-        rid = _request_id(request, req.request_id)
-        out = await ctx.run_cpu(render_completion, ctx.bundle, ctx.config, req, rid)
-        ctx.metrics.rendered(request.scope["path"], out)
-        with tracing.span("serialize"):
-            return JSONResponse(out)
+                    return PiecesResponse(answer_pieces(out), headers=headers)
+                # a prompt that extended a cached one brings most of its ids' JSON along (tokenizer.ids_json)
+                response = Response(dumps_answer(out), media_type="application/json", headers=headers)
+            release(out["token_ids"])  # the answer's bytes are built: the next turn may take the list over
+            return response
+        return handle
 
-    return [
-        Route(DOORS["chat"].render_path, chat, methods=["POST"]),
-        Route("/render", chat, methods=["POST"]),
-        Route(DOORS["completion"].render_path, completion, methods=["POST"]),
-    ]
+    return [Route(path, handler, methods=["POST"])
+            for door, handler in ((door, render(door)) for door in DOORS.values())
+            for path in (door.render_path, *door.render_aliases)]
