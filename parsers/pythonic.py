@@ -139,7 +139,7 @@ class PythonCalls:
     """One ``[call, call, …]`` list (see module docstring)."""
 
     kind = "pythonic"
-    __slots__ = ("st", "cur", "depth", "quote", "status", "slot", "name", "key", "args")
+    __slots__ = ("st", "cur", "depth", "quote", "status", "slot", "name", "key", "args", "reopened")
 
     def __init__(self, fmt=None) -> None:
         self.st = Calling.OPEN
@@ -151,6 +151,7 @@ class PythonCalls:
         self.name = ""         # the call's name once its '(' is read
         self.key = ""          # the argument's name (JSON) until its value is written
         self.args = 0          # arguments begun; the call starts with the first
+        self.reopened = ""     # loaded from the whole-call layout: this call was open (not exported)
 
     def export(self) -> list:
         return [self.st.value, "".join(self.cur), self.depth, self.quote, self.status, self.slot.value, self.name,
@@ -158,10 +159,34 @@ class PythonCalls:
 
     @classmethod
     def load(cls, data: list, fmt=None) -> "PythonCalls":
+        if len(data) == 5:
+            return cls._load_whole_call_layout(data)
         obj = cls()
         obj.st, cur, obj.depth, obj.quote, obj.status, obj.slot, obj.name, obj.key, obj.args = data
         obj.cur = [cur] if cur else []
         obj.st, obj.status, obj.slot = Calling(obj.st), Status(obj.status), Slot(obj.slot)
+        return obj
+
+    @classmethod
+    def _load_whole_call_layout(cls, data: list) -> "PythonCalls":
+        """A state exported before calls streamed (``[st, text, depth, quote, status]``: inside a
+        call, ``text`` is the call so far, read whole at its end): the call so far is read again
+        into today's slots. Its events are dropped: the exporting code had sent them already
+        (tests/test_parsers_compat.py, a rolling upgrade's stream_state)."""
+        st, text, depth, quote, status = data
+        obj = cls()
+        if Calling(st) != Calling.CALL or not text:
+            obj.st, obj.depth, obj.quote, obj.status = Calling(st), depth, quote, Status(status)
+            obj.cur = [text] if text else []
+            return obj
+        obj.st, scratch, pos = Calling.CALL, Calls(None, None), 0
+        while pos < len(text) and obj.status == MORE:
+            scratch.boundary = False  # the call's start stops a read at a boundary: read on
+            new = obj._in_call(text, pos, False, scratch)
+            if new == pos:
+                break
+            pos = new
+        obj.reopened = obj.name  # the call the stage's Calls must hold open (`ToolStage.load`)
         return obj
 
     def feed(self, text: str, pos: int, final: bool, calls: Calls) -> int:

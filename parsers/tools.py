@@ -144,6 +144,9 @@ class ToolStage:
         self.raw = [data["raw"]] if data["raw"] else []
         body = data["body"]
         self.body = BODIES[body[0]].load(body[1], self.fmt) if body else None
+        reopened = getattr(self.body, "reopened", "")
+        if reopened and not self.calls.open:  # an old layout's call, already sent: open again, silently
+            self.calls.open, self.calls.name, self.calls.cut = True, reopened, False
 
     # -- driving ----------------------------------------------------------------------
     def feed(self, text: str) -> list[Event]:
